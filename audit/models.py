@@ -1,0 +1,114 @@
+"""The append-only audit log (DESIGN §2).
+
+Rows are created only by ``audit.events.record_event``. Updates and deletes are refused by the
+model, the queryset, the admin and, last and strongest, by database triggers (migration 0002).
+"""
+
+from django.db import models
+from django.db.models.functions import Now
+
+
+class AppendOnlyError(Exception):
+    """Raised when code tries to change or remove an audit event."""
+
+
+class EventType(models.TextChoices):
+    # A producer asked for a job (never an authorization).
+    REQUESTED = "REQUESTED"
+    # Schema (and, for DELETE, approval) checked: CREATED → READY.
+    READY = "READY"
+    # Validation failed, approval denied/expired, or authorization failed at execution.
+    REJECTED = "REJECTED"
+    # A worker took the job under a lease.
+    CLAIMED = "CLAIMED"
+    # A holder extended its lease (heartbeat).
+    LEASE_RENEWED = "LEASE_RENEWED"
+    # A holder handed back a job it never began.
+    RELEASED = "RELEASED"
+    # The worker confirmed it is starting: CLAIMED → EXECUTING.
+    STARTED = "STARTED"
+    # The executor validated the job (and approval) right before running it.
+    AUTHORIZED = "AUTHORIZED"
+    # The mutation was attempted; detail carries its result.
+    EXECUTED = "EXECUTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    # The sweep found a lapsed lease and applied §1.3 (detail: to-state).
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    # An operator sent a FAILED job back to READY.
+    RETRIED = "RETRIED"
+    RECONCILED = "RECONCILED"
+    # A diagnosis stored as result_code without a state change.
+    DIAGNOSED = "DIAGNOSED"
+    # An immutable field changed behind our back; the transition was refused.
+    FINGERPRINT_DRIFT = "FINGERPRINT_DRIFT"
+    # A worker-side write from a holder that no longer holds the claim.
+    STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
+    # Approval decisions.
+    APPROVED = "APPROVED"
+    DENIED = "DENIED"
+    APPROVAL_REVOKED = "APPROVAL_REVOKED"
+    # A raw edit through Django admin (detail: changed field names).
+    ADMIN_EDIT = "ADMIN_EDIT"
+    # Any other operator action (pause, resume, notes): who, what, why.
+    OPERATOR_ACTION = "OPERATOR_ACTION"
+    # Consolidation run phases.
+    RUN_PLANNED = "RUN_PLANNED"
+    RUN_GROUP_SERVED = "RUN_GROUP_SERVED"
+    RUN_MEMBER_DISPOSED = "RUN_MEMBER_DISPOSED"
+    RUN_GROUP_DEFERRED = "RUN_GROUP_DEFERRED"
+    RUN_COMPLETE = "RUN_COMPLETE"
+    RUN_EXPIRED = "RUN_EXPIRED"
+    RUN_ABANDONED = "RUN_ABANDONED"
+    RUN_TAKEN_OVER = "RUN_TAKEN_OVER"
+    RUN_REJECTED_WRITE = "RUN_REJECTED_WRITE"
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyError("audit events are append-only: update() is refused")
+
+    def delete(self):
+        raise AppendOnlyError("audit events are append-only: delete() is refused")
+
+    def for_job(self, job_id: str) -> "AuditEventQuerySet":
+        return self.filter(job_id=job_id).order_by("event_id")
+
+    def for_run(self, run_id: str) -> "AuditEventQuerySet":
+        return self.filter(run_id=run_id).order_by("event_id")
+
+
+class AuditEvent(models.Model):
+    event_id = models.BigAutoField(primary_key=True)
+    job_id = models.CharField(max_length=200, null=True, blank=True)
+    run_id = models.CharField(max_length=64, null=True, blank=True)
+    event_type = models.CharField(max_length=40, choices=EventType.choices)
+    actor = models.CharField(max_length=200)
+    result_code = models.CharField(max_length=64, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(db_default=Now())
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-event_id"]
+        indexes = [
+            models.Index(fields=["job_id", "event_id"], name="audit_job_idx"),
+            models.Index(fields=["run_id", "event_id"], name="audit_run_idx"),
+            models.Index(fields=["event_type", "event_id"], name="audit_type_idx"),
+            models.Index(fields=["actor", "event_id"], name="audit_actor_idx"),
+            models.Index(fields=["created_at"], name="audit_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        subject = self.job_id or self.run_id or "-"
+        return f"#{self.event_id} {self.event_type} {subject} by {self.actor}"
+
+    def save(self, *args, **kwargs) -> None:
+        if not self._state.adding:
+            raise AppendOnlyError(f"audit event {self.pk} is append-only: save() is refused")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError(f"audit event {self.pk} is append-only: delete() is refused")

@@ -1,0 +1,218 @@
+"""Settings for the Job & Run Console.
+
+Local development runs on an embedded SQLite file under ``var/`` with safe defaults. Set
+``CONSOLE_ENV=production`` for the hardened profile (it refuses to start without
+``DJANGO_SECRET_KEY`` and ``DJANGO_ALLOWED_HOSTS``). ``DATABASE_URL`` selects PostgreSQL or
+another SQLite file.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("CONSOLE_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+CONSOLE_ENV = os.environ.get("CONSOLE_ENV", "development").strip().lower()
+if CONSOLE_ENV not in {"development", "production"}:
+    raise ImproperlyConfigured(
+        f"CONSOLE_ENV={CONSOLE_ENV!r} is not known; use 'development' or 'production'."
+    )
+PRODUCTION = CONSOLE_ENV == "production"
+
+
+def _env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+if PRODUCTION:
+    missing = [n for n in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS") if not os.environ.get(n)]
+    if missing:
+        raise ImproperlyConfigured(
+            "CONSOLE_ENV=production needs " + " and ".join(missing) + " in the environment."
+        )
+    SECRET_KEY = os.environ["DJANGO_SECRET_KEY"]
+    DEBUG = False
+else:
+    # A fixed, obviously-local key: development sessions survive restarts.
+    SECRET_KEY = os.environ.get(
+        "DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-0123456789abcdefghijklmnop"
+    )
+    DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+
+ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "" if PRODUCTION else "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "django_tables2",
+    "django_filters",
+    "audit",
+    "inbox",
+    "runs",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.csp",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database --------------------------------------------------------------------------------
+# SQLite: WAL lets readers run beside the single writer; IMMEDIATE makes every atomic() take the
+# write lock up front (so guarded UPDATEs serialise instead of failing with "database is
+# locked"); synchronous=FULL because a job system must not lose a committed claim on power loss.
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+    "init_command": (
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=30000; "
+        "PRAGMA foreign_keys=ON;"
+    ),
+}
+
+
+def _database_from_env() -> dict:
+    url = os.environ.get("DATABASE_URL", "").strip()
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "console.sqlite3",
+            "OPTIONS": dict(SQLITE_OPTIONS),
+            "TEST": {"NAME": str(VAR_DIR / "test-console.sqlite3")},
+        }
+    config = dj_database_url.parse(url, conn_max_age=int(os.environ.get("CONN_MAX_AGE", "60")))
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        config["OPTIONS"] = dict(SQLITE_OPTIONS)
+        config["CONN_MAX_AGE"] = 0
+        # Tests against SQLite must use a file: the in-memory test DB hides races.
+        config["TEST"] = {"NAME": str(Path(config["NAME"]).with_suffix(".test.sqlite3"))}
+    else:
+        config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+DATABASES = {"default": _database_from_env()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
+
+# --- Security ----------------------------------------------------------------------------------
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = os.environ.get("DJANGO_SECURE_SSL_REDIRECT", "1") == "1"
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", str(60 * 60 * 24 * 365)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    if not SECURE_SSL_REDIRECT:
+        # TLS is terminated and enforced by the proxy; say so to `check --deploy`.
+        SILENCED_SYSTEM_CHECKS = ["security.W008"]
+
+# --- Domain settings ---------------------------------------------------------------------------
+VAULT_ROOT = Path(os.environ.get("VAULT_ROOT", VAR_DIR / "vault"))
+# Largest SAVE_OBJECT content accepted, in bytes (UTF-8).
+INBOX_MAX_CONTENT_BYTES = int(os.environ.get("INBOX_MAX_CONTENT_BYTES", str(1024 * 1024)))
+# Attempts an idempotent job gets before a lapsed lease fails it with MAX_ATTEMPTS.
+INBOX_MAX_ATTEMPTS = int(os.environ.get("INBOX_MAX_ATTEMPTS", "5"))
+# Extra job types: {"NAME": {"scope": ..., "idempotent": ..., "handler": "dotted.path", ...}}.
+INBOX_JOB_TYPES: dict = {}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s"},
+    },
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["stderr"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,9 @@
+"""URL routes; each app owns its own urls module."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("console.urls")),
+]

@@ -1,0 +1,146 @@
+"""Django admin for jobs: raw edits of the few editable fields, state changes only via actions
+that call ``inbox.transitions`` with the admin user as actor."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.http import HttpRequest
+
+from inbox import transitions
+from inbox.admin_utils import EstimatedCountPaginator
+from inbox.errors import InboxError
+from inbox.models import Approval, Job, JobState, ScopePause, Worker
+
+
+def _run_action(modeladmin, request: HttpRequest, queryset, label: str, call) -> None:
+    done, refused = 0, []
+    for job_id in queryset.values_list("job_id", flat=True)[:1000]:
+        try:
+            call(job_id)
+            done += 1
+        except InboxError as exc:
+            refused.append(str(exc))
+    modeladmin.message_user(request, f"{label}: {done} job(s).", messages.SUCCESS)
+    for text in refused[:20]:
+        modeladmin.message_user(request, text, messages.WARNING)
+
+
+@admin.action(description="Retry selected FAILED jobs", permissions=["retry"])
+def retry_failed(modeladmin, request, queryset):
+    actor = request.user.get_username()
+    _run_action(
+        modeladmin,
+        request,
+        queryset.filter(state=JobState.FAILED),
+        "Retried",
+        lambda job_id: transitions.retry_job(job_id, actor=actor, reason="admin action: retry"),
+    )
+
+
+@admin.action(description="Reject selected CREATED jobs", permissions=["change"])
+def reject_created(modeladmin, request, queryset):
+    actor = request.user.get_username()
+    _run_action(
+        modeladmin,
+        request,
+        queryset.filter(state=JobState.CREATED),
+        "Rejected",
+        lambda job_id: transitions.reject_job(job_id, actor=actor, reason="admin action: reject"),
+    )
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = (
+        "job_id",
+        "job_type",
+        "state",
+        "object_id",
+        "worker_id",
+        "lease_until",
+        "attempt_count",
+        "result_code",
+        "created_at",
+    )
+    list_filter = ("state", "job_type")
+    search_fields = ("=job_id", "=object_id", "=idempotency_key", "=mission_id")
+    ordering = ("-created_at", "job_id")
+    show_full_result_count = False
+    paginator = EstimatedCountPaginator
+    list_per_page = 50
+    actions = [retry_failed, reject_created]
+    fields = (
+        "job_id",
+        "job_version",
+        "job_type",
+        "scope",
+        "mission_id",
+        "object_id",
+        "vault_path",
+        "approval_id",
+        "idempotency_key",
+        "requested_by",
+        "state",
+        "worker_id",
+        "claim_id",
+        "claimed_at",
+        "lease_until",
+        "attempt_count",
+        "max_attempts",
+        "result_code",
+        "last_error",
+        "supersedes",
+        "fingerprint",
+        "payload",
+        "note",
+        "created_at",
+        "updated_at",
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f for f in self.fields if f not in transitions.EDITABLE_FIELDS]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # jobs come from producers through create_job / enqueue
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_retry_permission(self, request) -> bool:
+        return request.user.has_perm("inbox.retry_job")
+
+    def save_model(self, request, obj, form, change) -> None:
+        changes = {name: form.cleaned_data[name] for name in form.changed_data}
+        if changes:
+            transitions.edit_job_fields(
+                obj.job_id, actor=request.user.get_username(), changes=changes
+            )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    list_display = ("approval_id", "job_id", "decision", "approver", "decided_at", "expires_at")
+    list_filter = ("decision",)
+    search_fields = ("=approval_id", "=job_id")
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdmin):
+    list_display = ("worker_id", "kind", "scope", "host", "pid", "status", "last_seen_at")
+    list_filter = ("kind", "status")
+
+
+@admin.register(ScopePause)
+class ScopePauseAdmin(ReadOnlyAdmin):
+    list_display = ("scope", "paused", "changed_by", "changed_at", "reason")

@@ -1,0 +1,206 @@
+"""Jobs, approvals, worker heartbeats and scope pauses (DESIGN §1, §4).
+
+State, claim and lease fields of ``Job`` are written only by ``inbox.transitions``; the
+querysets here are read filters.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+
+class JobState(models.TextChoices):
+    # Stored, not yet validated/approved (a DELETE waits here for its approval).
+    CREATED = "CREATED"
+    # Valid and approved: may be claimed.
+    READY = "READY"
+    # Held by a worker under a lease, not yet started.
+    CLAIMED = "CLAIMED"
+    # The worker confirmed it is running the handler.
+    EXECUTING = "EXECUTING"
+    # Done (terminal).
+    SUCCEEDED = "SUCCEEDED"
+    # Definitely not applied; an operator may retry.
+    FAILED = "FAILED"
+    # The handler could not tell whether the mutation happened; needs reconciliation.
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    # Validation failed or approval denied/expired/revoked (terminal; keeps the reason).
+    REJECTED = "REJECTED"
+    # An unknown outcome resolved from evidence (terminal).
+    RECONCILED = "RECONCILED"
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.REJECTED, JobState.RECONCILED})
+HELD_STATES = (JobState.CLAIMED, JobState.EXECUTING)
+
+
+class JobQuerySet(models.QuerySet):
+    def ready(self, scope: str | None = None) -> JobQuerySet:
+        qs = self.filter(state=JobState.READY)
+        return qs.filter(scope=scope) if scope else qs
+
+    def held(self) -> JobQuerySet:
+        return self.filter(state__in=HELD_STATES)
+
+    def lapsed(self, now: dt.datetime) -> JobQuerySet:
+        """Held jobs whose lease ended strictly before ``now`` (database time)."""
+        return self.held().filter(lease_until__lt=now)
+
+    def unknown(self) -> JobQuerySet:
+        return self.filter(state=JobState.OUTCOME_UNKNOWN)
+
+    def awaiting_approval(self) -> JobQuerySet:
+        return self.filter(state=JobState.CREATED, approval_id__isnull=True)
+
+
+class Job(models.Model):
+    job_id = models.CharField(max_length=200, primary_key=True)
+    job_version = models.PositiveIntegerField()
+    mission_id = models.CharField(max_length=200)
+    job_type = models.CharField(max_length=64)
+    # Denormalised from the job-type registry at creation so claims filter on a column.
+    scope = models.CharField(max_length=32)
+    object_id = models.CharField(max_length=500)
+    vault_path = models.CharField(max_length=1024)
+    approval_id = models.CharField(max_length=64, null=True, blank=True)
+    payload = models.JSONField()
+    state = models.CharField(max_length=20, choices=JobState.choices, default=JobState.CREATED)
+    idempotency_key = models.CharField(max_length=255, unique=True)
+    requested_by = models.CharField(max_length=200)
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    claim_id = models.CharField(max_length=64, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    attempt_count = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=5)
+    result_code = models.CharField(max_length=64, blank=True, default="")
+    # Why a job was rejected or failed; kept for operators.
+    last_error = models.TextField(blank=True, default="")
+    # The job this one was requested to replace (a fresh DELETE after NOT_APPLIED).
+    supersedes = models.CharField(max_length=200, null=True, blank=True)
+    # Free text operators may edit in admin (recorded as ADMIN_EDIT).
+    note = models.TextField(blank=True, default="")
+    fingerprint = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+    updated_at = models.DateTimeField(db_default=Now())
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "job_id"]
+        indexes = [
+            # Claim order: the next READY job of a scope.
+            models.Index(
+                fields=["scope", "created_at", "job_id"],
+                condition=Q(state="READY"),
+                name="job_claim_idx",
+            ),
+            # Stale sweep: held jobs by lease end.
+            models.Index(
+                fields=["lease_until"],
+                condition=Q(state__in=["CLAIMED", "EXECUTING"]),
+                name="job_lease_idx",
+            ),
+            models.Index(fields=["state", "created_at", "job_id"], name="job_state_created_idx"),
+            models.Index(fields=["created_at", "job_id"], name="job_created_idx"),
+            models.Index(fields=["state", "updated_at"], name="job_state_updated_idx"),
+            models.Index(fields=["object_id"], name="job_object_idx"),
+            models.Index(fields=["mission_id"], name="job_mission_idx"),
+            models.Index(fields=["worker_id"], name="job_worker_idx"),
+        ]
+        permissions = [
+            ("approve_delete", "Can approve or deny DELETE jobs"),
+            ("view_payload", "Can see job payload content"),
+            ("retry_job", "Can retry failed jobs"),
+            ("reconcile_job", "Can reconcile unknown outcomes"),
+            ("pause_scope", "Can pause and resume executor scopes"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} {self.job_id} [{self.state}]"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class ApprovalDecision(models.TextChoices):
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
+class Approval(models.Model):
+    """A four-eyes decision on one DELETE job (DESIGN §1.6)."""
+
+    approval_id = models.CharField(max_length=64, primary_key=True)
+    job_id = models.CharField(max_length=200, db_index=True)
+    delete_request_id = models.CharField(max_length=200)
+    object_id = models.CharField(max_length=500)
+    requested_by = models.CharField(max_length=200)
+    approver = models.CharField(max_length=200)
+    decision = models.CharField(max_length=16, choices=ApprovalDecision.choices)
+    reason = models.TextField()
+    decided_at = models.DateTimeField(db_default=Now())
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, default="")
+    revoke_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-decided_at"]
+
+    def __str__(self) -> str:
+        return f"{self.decision} {self.job_id} by {self.approver}"
+
+
+class WorkerStatus(models.TextChoices):
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class Worker(models.Model):
+    """A worker process's heartbeat row (DESIGN §4)."""
+
+    worker_id = models.CharField(max_length=200, primary_key=True)
+    kind = models.CharField(max_length=32)
+    scope = models.CharField(max_length=32, blank=True, default="")
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField(db_default=Now())
+    last_seen_at = models.DateTimeField(db_default=Now())
+    poll_seconds = models.FloatField(default=1.0)
+    lease_seconds = models.PositiveIntegerField(default=60)
+    current_job_id = models.CharField(max_length=200, blank=True, default="")
+    jobs_done = models.PositiveIntegerField(default=0)
+    jobs_failed = models.PositiveIntegerField(default=0)
+    status = models.CharField(
+        max_length=16, choices=WorkerStatus.choices, default=WorkerStatus.RUNNING
+    )
+
+    class Meta:
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.worker_id}"
+
+    def dead_after(self) -> dt.timedelta:
+        """A worker not seen for 3 × poll + lease is dead (DESIGN §4, issue 3)."""
+        return dt.timedelta(seconds=3 * self.poll_seconds + self.lease_seconds)
+
+
+class ScopePause(models.Model):
+    """An operator's pause of one executor scope; executors do not claim while paused."""
+
+    scope = models.CharField(max_length=32, primary_key=True)
+    paused = models.BooleanField(default=True)
+    reason = models.TextField(blank=True, default="")
+    changed_by = models.CharField(max_length=200)
+    changed_at = models.DateTimeField(db_default=Now())
+
+    def __str__(self) -> str:
+        return f"{self.scope} {'paused' if self.paused else 'running'}"
