@@ -52,9 +52,9 @@ def install(schema_editor) -> None:
     if not statements:
         raise RuntimeError(f"no append-only triggers for database vendor {vendor!r}")
     for sql in statements:
-        schema_editor.execute(sql)
+        schema_editor.execute(sql, params=None)
 
 
 def drop(schema_editor) -> None:
     for sql in drop_sql(schema_editor.connection.vendor):
-        schema_editor.execute(sql)
+        schema_editor.execute(sql, params=None)
