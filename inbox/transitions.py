@@ -200,10 +200,8 @@ def _transition(
         with transaction.atomic():
             job = _load_locked(job_id)
             now = db_now(at)
-            if job.state not in allowed:
-                raise InvalidTransition(
-                    job_id, job.state, to, f"allowed only from {', '.join(allowed)}"
-                )
+            # The claim first: a stale holder must hear that it lost the claim (and the write
+            # is recorded), whatever state the new holder has moved the job to.
             if claim_id is not None and job.claim_id != claim_id:
                 stale = job
                 raise LostClaim(
@@ -212,6 +210,10 @@ def _transition(
                     to,
                     claim_id=claim_id,
                     why=f"claim {claim_id} is no longer held (held by {job.worker_id or 'nobody'})",
+                )
+            if job.state not in allowed:
+                raise InvalidTransition(
+                    job_id, job.state, to, f"allowed only from {', '.join(allowed)}"
                 )
             if not fingerprint_ok(job):
                 drifted = job
