@@ -1,21 +1,24 @@
-"""Health checks and the (placeholder until the console issue) home page."""
+"""Health checks and the dashboard."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from console.policy import page, public
 
+
+@public
 @require_GET
 def healthz(request: HttpRequest) -> HttpResponse:
     """Liveness: the process answers; no database access."""
     return JsonResponse({"status": "ok"})
 
 
+@public
 @require_GET
 def readyz(request: HttpRequest) -> HttpResponse:
     """Readiness: the database answers and every migration is applied."""
@@ -31,7 +34,6 @@ def readyz(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ready"})
 
 
-@login_required
-@require_GET
-def home(request: HttpRequest) -> HttpResponse:
+@page()
+def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "console/home.html")

@@ -1,0 +1,31 @@
+"""Console bookkeeping: the request ids of operator actions (double-click / retry dedupe).
+
+Rows are written only by ``console.policy.action`` in the same transaction as the action's own
+writes, so "the action happened" and "this request id was used" commit or roll back together.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models.functions import Now
+
+
+class ActionRequest(models.Model):
+    """One operator POST, keyed by the form's ``request_id``; a repeat does not act again."""
+
+    request_id = models.CharField(max_length=64, unique=True)
+    # The user may be deleted later; the username keeps the record readable.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    username = models.CharField(max_length=150)
+    action = models.CharField(max_length=100)
+    outcome = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.request_id} by {self.username}"
