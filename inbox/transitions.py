@@ -259,7 +259,11 @@ def _event(
 
 
 def create_job(
-    data: dict[str, Any], *, requested_by: str, at: dt.datetime | None = None
+    data: dict[str, Any],
+    *,
+    requested_by: str,
+    supersedes: str | None = None,
+    at: dt.datetime | None = None,
 ) -> tuple[Job, bool]:
     """Validate and store a job; return (job, created). A safe replay returns the existing job.
 
@@ -281,6 +285,7 @@ def create_job(
         idempotency_key=doc["idempotency_key"],
         requested_by=requested_by,
         max_attempts=job_type.max_attempts or settings.INBOX_MAX_ATTEMPTS,
+        supersedes=supersedes,
     )
     if at is not None:
         job.created_at = job.updated_at = at
@@ -289,7 +294,12 @@ def create_job(
             EventType.REQUESTED,
             requested_by,
             job_id=job.job_id,
-            detail={"job_type": job.job_type, "object_id": job.object_id, "to": S.CREATED},
+            detail={
+                "job_type": job.job_type,
+                "object_id": job.object_id,
+                "to": S.CREATED,
+                **({"supersedes": supersedes} if supersedes else {}),
+            },
             at=at,
         )
     ]
@@ -607,11 +617,36 @@ def release_job(
     )
 
 
-def begin_job(job_id: str, *, claim_id: str, actor: str, at: dt.datetime | None = None) -> Job:
-    """CLAIMED → EXECUTING: the holder confirms it is starting."""
+def begin_job(
+    job_id: str,
+    *,
+    claim_id: str,
+    actor: str,
+    lease_seconds: int | None = None,
+    authorized: Mapping[str, Any] | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    """CLAIMED → EXECUTING: the holder confirms it is starting.
+
+    With ``lease_seconds`` the lease must still be running and is renewed (a holder whose lease
+    lapsed while the job waited in its batch must not start it). With ``authorized`` an
+    AUTHORIZED event (the executor's checks) commits together with the start.
+    """
 
     def build(job: Job, now: dt.datetime) -> _Change:
-        return _Change(events=[_event(job, EventType.STARTED, actor, now, S.EXECUTING)])
+        values: dict[str, Any] = {}
+        if lease_seconds is not None:
+            if job.lease_until is None or job.lease_until < now:
+                raise InvalidTransition(
+                    job_id, job.state, S.EXECUTING, "the lease lapsed before the job began"
+                )
+            values["lease_until"] = _lease(now, lease_seconds)
+        events = [_event(job, EventType.STARTED, actor, now, S.EXECUTING)]
+        if authorized is not None:
+            events.append(
+                _event(job, EventType.AUTHORIZED, actor, now, S.EXECUTING, **dict(authorized))
+            )
+        return _Change(values=values, events=events)
 
     return _transition(
         job_id,
@@ -634,6 +669,7 @@ def _finish(
     result_code: str,
     error: str = "",
     detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
     at: dt.datetime | None = None,
 ) -> Job:
     def build(job: Job, now: dt.datetime) -> _Change:
@@ -643,12 +679,13 @@ def _finish(
         extra = dict(detail or {})
         if error:
             extra["error"] = error
-        return _Change(
-            values=values,
-            events=[
-                _event(job, event_type, actor, now, to, result_code=result_code, **extra),
-            ],
-        )
+        events = [_event(job, event_type, actor, now, to, result_code=result_code, **extra)]
+        if executed_detail is not None:
+            # EXECUTED (the mutation was attempted) commits with its outcome, never alone.
+            executed = dict(executed_detail)
+            executed.setdefault("result_code", result_code)
+            events.insert(0, _event(job, EventType.EXECUTED, actor, now, to, **executed))
+        return _Change(values=values, events=events)
 
     return _transition(
         job_id,
@@ -668,9 +705,10 @@ def complete_job(
     actor: str,
     result_code: str = "OK",
     detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
     at: dt.datetime | None = None,
 ) -> Job:
-    """EXECUTING → SUCCEEDED."""
+    """EXECUTING → SUCCEEDED (with ``executed_detail``: and EXECUTED, in one transaction)."""
     return _finish(
         job_id,
         to=S.SUCCEEDED,
@@ -679,6 +717,7 @@ def complete_job(
         actor=actor,
         result_code=result_code,
         detail=detail,
+        executed_detail=executed_detail,
         at=at,
     )
 
@@ -691,6 +730,7 @@ def fail_job(
     result_code: str,
     error: str = "",
     detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
     at: dt.datetime | None = None,
 ) -> Job:
     """EXECUTING → FAILED: the mutation certainly did not happen."""
@@ -703,6 +743,7 @@ def fail_job(
         result_code=result_code,
         error=error,
         detail=detail,
+        executed_detail=executed_detail,
         at=at,
     )
 
@@ -715,6 +756,7 @@ def mark_outcome_unknown(
     result_code: str = "UNKNOWN",
     error: str = "",
     detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
     at: dt.datetime | None = None,
 ) -> Job:
     """EXECUTING → OUTCOME_UNKNOWN: the handler could not tell whether the mutation happened."""
@@ -727,6 +769,7 @@ def mark_outcome_unknown(
         result_code=result_code,
         error=error,
         detail=detail,
+        executed_detail=executed_detail,
         at=at,
     )
 
