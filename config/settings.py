@@ -199,6 +199,8 @@ VAULT_ROOT = Path(os.environ.get("VAULT_ROOT", VAR_DIR / "vault"))
 INBOX_MAX_CONTENT_BYTES = int(os.environ.get("INBOX_MAX_CONTENT_BYTES", str(1024 * 1024)))
 # Attempts an idempotent job gets before a lapsed lease fails it with MAX_ATTEMPTS.
 INBOX_MAX_ATTEMPTS = int(os.environ.get("INBOX_MAX_ATTEMPTS", "5"))
+# How long a DELETE approval stays valid (the executor re-checks it right before executing).
+INBOX_APPROVAL_TTL_SECONDS = int(os.environ.get("INBOX_APPROVAL_TTL_SECONDS", str(24 * 3600)))
 # Extra job types: {"NAME": {"scope": ..., "idempotent": ..., "handler": "dotted.path", ...}}.
 INBOX_JOB_TYPES: dict = {}
 
