@@ -86,7 +86,10 @@ def _check_save(doc: dict[str, Any]) -> list[str]:
     problems = []
     content = doc.get("content")
     if isinstance(content, str):
-        size = len(content.encode("utf-8"))
+        try:
+            size = len(content.encode("utf-8"))
+        except UnicodeEncodeError:
+            return problems  # reported by _text_problems; no size or hash to speak of
         limit = settings.INBOX_MAX_CONTENT_BYTES
         if size > limit:
             problems.append(f"content: {size} bytes is over the limit of {limit} bytes")
@@ -225,6 +228,18 @@ def _type_problem(name: str, value: Any, tname: str) -> str | None:
     return None
 
 
+def _text_problems(name: str, value: str) -> list[str]:
+    """Text both databases can store: PostgreSQL refuses NUL, UTF-8 refuses lone surrogates."""
+    problems = []
+    if "\x00" in value and name != "vault_path":  # check_vault_path reports the path's NUL
+        problems.append(f"{name}: must not contain NUL")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        problems.append(f"{name}: must be valid Unicode text (it holds a lone surrogate)")
+    return problems
+
+
 def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
     """Return (job type, the validated document) or raise ``JobValidationError`` listing all."""
     if not isinstance(data, dict):
@@ -256,6 +271,10 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
         for name in unknown:
             hint = " (attached by an approval, not sent by producers)"
             problems.append(f"{name}: unknown field" + (hint if name == "approval_id" else ""))
+
+    for name, value in data.items():
+        if isinstance(value, str):
+            problems.extend(_text_problems(name, value))
 
     version = data.get("job_version")
     if isinstance(version, int) and not isinstance(version, bool):
