@@ -203,6 +203,8 @@ INBOX_MAX_ATTEMPTS = int(os.environ.get("INBOX_MAX_ATTEMPTS", "5"))
 INBOX_APPROVAL_TTL_SECONDS = int(os.environ.get("INBOX_APPROVAL_TTL_SECONDS", str(24 * 3600)))
 # Extra job types: {"NAME": {"scope": ..., "idempotent": ..., "handler": "dotted.path", ...}}.
 INBOX_JOB_TYPES: dict = {}
+# The consolidator runs use (dotted path to a class or factory; see runs/consolidators.py).
+RUNS_CONSOLIDATOR = os.environ.get("RUNS_CONSOLIDATOR", "runs.consolidators.VaultDeduplicator")
 
 LOGGING = {
     "version": 1,

@@ -24,10 +24,18 @@ class RunStatus(models.TextChoices):
 
 
 class GroupStatus(models.TextChoices):
+    # Planned, not yet handed to the owner.
     PENDING = "pending"
+    # Handed to the owner; members are being disposed.
     SERVED = "served"
+    # Every member has a disposition.
     DONE = "done"
+    # Put aside as a whole; terminal for this run, its members return to the next plan.
     DEFERRED = "deferred"
+
+
+# A run is complete when none of its groups is in one of these.
+OPEN_GROUP_STATUSES = (GroupStatus.PENDING, GroupStatus.SERVED)
 
 
 class Disposition(models.TextChoices):
@@ -45,6 +53,9 @@ class Run(models.Model):
     pid = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    # When the lease was last granted (plan or progress): expires_at = renewed_at + lease_seconds
+    # on every row, and renewed_at = started_at until the first refresh.
+    renewed_at = models.DateTimeField()
     lease_seconds = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.ACTIVE)
     closed_at = models.DateTimeField(null=True, blank=True)

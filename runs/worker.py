@@ -1,0 +1,244 @@
+"""The consolidator worker loop (DESIGN §3, §4); ``manage.py run_consolidator`` starts it.
+
+One turn: ask ``next_group`` (which plans a run when this worker has none effectively active),
+let the consolidator decide each member, dispose them one by one (each disposition refreshes
+the lease), and go on until the run closes complete. Every write goes through
+``runs.transitions``; this module never assigns a status.
+
+Stopping: SIGTERM/SIGINT set a flag that is checked between members, so the member in flight is
+finished (its transaction commits or not at all). The worker then closes its own run
+``abandoned`` — rather than leaving it to expire — so the console shows at once that nobody works
+on the store and the next consolidator's plan need not wait for, or take over, a dead lease.
+A worker that is killed outright leaves its run to expire.
+
+If another worker takes the store over, this one's writes are rejected (``GroupExpired``); it
+then stops instead of taking the store back, so two workers never ping-pong over a store.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import close_old_connections
+
+from runs import transitions
+from runs.consolidators import Consolidator, get_consolidator
+from runs.errors import ConsolidatorError, GroupExpired, RunError
+from runs.models import Disposition, RunStatus
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Progress:
+    runs_planned: int = 0
+    runs_completed: int = 0
+    groups: int = 0
+    deferred: int = 0
+    disposed: dict[str, int] = field(default_factory=dict)
+    stop_reason: str = ""
+
+
+class ConsolidatorWorker:
+    """Serve and dispose one store's groups under a run lease until done or told to stop."""
+
+    def __init__(
+        self,
+        *,
+        store: str,
+        worker_id: str | None = None,
+        lease_seconds: int = transitions.DEFAULT_LEASE_SECONDS,
+        once: bool = False,
+        idle_seconds: float = 30.0,
+        consolidator: Consolidator | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.worker_id = worker_id or f"consolidator-{self.host}-{self.pid}"
+        self.lease_seconds = lease_seconds
+        self.once = once
+        self.idle_seconds = idle_seconds
+        self.consolidator = consolidator or get_consolidator()
+        self.say = say or (lambda text: log.info("%s", text))
+        self.progress = Progress()
+        self._stop = threading.Event()
+        self._run_id = ""
+
+    # --- signals ----------------------------------------------------------------------------
+
+    def request_stop(self, reason: str = "asked to stop") -> None:
+        if not self._stop.is_set():
+            self.progress.stop_reason = reason
+            self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum, _frame):
+            self.request_stop(f"received {signal.Signals(signum).name}")
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Progress:
+        """Work until the run completes (``once``), a stop is requested, or the store is lost."""
+        self.consolidator.check()
+        self.say(
+            f"consolidator {self.worker_id} on store {self.store!r} "
+            f"(lease {self.lease_seconds}s, {self.consolidator.name})"
+        )
+        while not self.stopping:
+            close_old_connections()
+            served = transitions.next_group(
+                store=self.store,
+                owner=self.worker_id,
+                lease_seconds=self.lease_seconds,
+                host=self.host,
+                pid=self.pid,
+                consolidator=self.consolidator,
+            )
+            self._run_id = served.run.run_id
+            if served.planned:
+                self.progress.runs_planned += 1
+                counts = transitions._group_counts(served.run.run_id)
+                self.say(
+                    f"planned run {served.run.run_id}: {sum(counts.values())} group(s), "
+                    f"lease until {served.run.expires_at.isoformat()}"
+                )
+            if served.completed:
+                self._completed(served.run.run_id)
+                if self.once:
+                    self.request_stop("run complete (--once)")
+                    break
+                self._stop.wait(self.idle_seconds)
+                continue
+            if served.group is None:
+                continue
+            if not self._work_group(served):
+                break
+        self._close_own_run()
+        return self.progress
+
+    def _completed(self, run_id: str) -> None:
+        self.progress.runs_completed += 1
+        done = ", ".join(f"{n} {d}" for d, n in sorted(self.progress.disposed.items())) or "none"
+        self.say(f"run {run_id} complete; dispositions so far: {done}")
+
+    def _work_group(self, served: transitions.Served) -> bool:
+        """Dispose a served group's members; False when the worker must stop."""
+        group = served.group
+        assert group is not None
+        self.progress.groups += 1
+        try:
+            decisions = self.consolidator.decide(
+                run=served.run, group=group, members=served.members
+            )
+        except ConsolidatorError as exc:
+            return self._defer(group.id, f"decide failed: {exc}")
+        if any(decisions.get(m.id) == Disposition.DEFER for m in served.members):
+            # The consolidator wants the group put aside as a whole (e.g. its keeper changed).
+            return self._defer(group.id, "consolidator deferred the group")
+        for member in served.members:
+            if member.disposition is not None:
+                continue
+            if self.stopping:
+                return False
+            disposition = decisions.get(member.id)
+            if disposition is None:
+                return self._defer(group.id, f"no decision for member {member.id}")
+            try:
+                result = transitions.dispose_member(
+                    member_id=member.id,
+                    owner=self.worker_id,
+                    disposition=disposition,
+                    consolidator=self.consolidator,
+                )
+            except GroupExpired as exc:
+                return self._lost(exc)
+            except ConsolidatorError as exc:
+                return self._defer(group.id, f"apply failed for {member.item_ref!r}: {exc}")
+            counts = self.progress.disposed
+            counts[disposition] = counts.get(disposition, 0) + 1
+            job = result.applied.get("job_id")
+            extra = ""
+            if job:
+                how = "requested" if result.applied.get("created") else "already requested"
+                extra = f" → DELETE job {job} ({how})"
+            self.say(f"  group {group.seq}: {disposition} {member.item_ref}{extra}")
+            if result.run_closed:
+                self._completed(served.run.run_id)
+                if self.once:
+                    self.request_stop("run complete (--once)")
+                    return False
+                self._stop.wait(self.idle_seconds)
+        return True
+
+    def _defer(self, group_id: int, reason: str) -> bool:
+        try:
+            result = transitions.defer_group(group_id=group_id, owner=self.worker_id, reason=reason)
+        except GroupExpired as exc:
+            return self._lost(exc)
+        self.progress.deferred += 1
+        self.say(f"  deferred group {result.group.seq}: {reason}")
+        if result.run_closed:
+            self._completed(result.group.run_id)
+            if self.once:
+                self.request_stop("run complete (--once)")
+                return False
+        return True
+
+    def _lost(self, exc: GroupExpired) -> bool:
+        """Our run is no longer effectively ours. Stop if someone else holds the store now."""
+        holder = None
+        try:
+            holder = transitions.current_run(self.store)
+        except RunError as err:
+            self.request_stop(str(err))
+            return False
+        if (
+            holder is not None
+            and holder.worker_id != self.worker_id
+            and transitions.is_effectively_active(holder)
+        ):
+            self.request_stop(f"store taken over by {holder.worker_id} (run {holder.run_id})")
+            self.say(f"write rejected: {exc}; stopping — {self.progress.stop_reason}")
+            return False
+        # Our own lease lapsed (nobody took over): the next turn plans a fresh run.
+        self.say(f"write rejected: {exc}; planning again")
+        return True
+
+    def _close_own_run(self) -> None:
+        """On a graceful stop, close our still-active run abandoned (see the module docstring)."""
+        if not self._run_id:
+            return
+        try:
+            run = transitions.current_run(self.store)
+        except RunError:
+            return
+        if run is None or run.run_id != self._run_id or run.worker_id != self.worker_id:
+            return
+        if run.status != RunStatus.ACTIVE:
+            return
+        try:
+            transitions.close_run(
+                run.run_id,
+                status=RunStatus.ABANDONED,
+                actor=self.worker_id,
+                reason=f"worker stopped: {self.progress.stop_reason or 'stopped'}",
+            )
+        except RunError as exc:
+            self.say(f"could not close run {run.run_id}: {exc}")
+            return
+        self.say(f"closed run {run.run_id} abandoned ({self.progress.stop_reason})")
