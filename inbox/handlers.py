@@ -2,13 +2,15 @@
 
 A handler takes the claimed ``Job`` and returns a ``HandlerResult``. It raises
 ``DefiniteFailure`` when the mutation certainly did not happen; any other exception means the
-outcome is unknown to the executor.
+outcome is unknown to the executor. Called only by ``inbox.executor``, outside any transaction.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from inbox import vault
 
 
 @dataclass(frozen=True)
@@ -31,9 +33,32 @@ def noop(job) -> HandlerResult:
     return HandlerResult("OK", {})
 
 
-def save_object(job) -> HandlerResult:  # pragma: no cover - replaced by the executors issue
-    raise NotImplementedError("SAVE_OBJECT handler arrives with the vault")
+def save_object(job) -> HandlerResult:
+    """Write the object atomically; the same content already there is a no-op (UNCHANGED)."""
+    try:
+        outcome = vault.save(
+            job.vault_path,
+            content=job.payload["content"],
+            provenance_hash=job.payload["provenance_hash"],
+        )
+    except vault.VaultError as exc:
+        # Refused before anything was renamed into place: definitely not applied.
+        raise DefiniteFailure(exc.result_code, str(exc), exc.detail) from exc
+    return HandlerResult(outcome.result_code, outcome.as_detail())
 
 
-def delete_object(job) -> HandlerResult:  # pragma: no cover - replaced by the executors issue
-    raise NotImplementedError("DELETE_OBJECT handler arrives with the vault")
+def delete_object(job) -> HandlerResult:
+    """Compare-and-delete; NOT_FOUND and HASH_MISMATCH are definite failures, never guesses.
+
+    Any other error (an I/O error around the unlink) propagates: the executor then records
+    OUTCOME_UNKNOWN, because a DELETE is not idempotent.
+    """
+    try:
+        outcome = vault.delete(
+            job.vault_path,
+            expected_hash=job.payload["expected_provenance_hash"],
+            tag=f"{job.job_id} {job.claim_id}",
+        )
+    except vault.VaultError as exc:
+        raise DefiniteFailure(exc.result_code, str(exc), exc.detail) from exc
+    return HandlerResult(outcome.result_code, outcome.as_detail())

@@ -1,0 +1,641 @@
+"""The executor loop: claim → authorize → begin → run → record (DESIGN §1.3, §1.4, §4).
+
+Owns a worker process's loop and nothing else: every job change goes through
+``inbox.transitions``, heartbeats through ``inbox.workers``. Started by
+``manage.py run_executor`` (which parses arguments); tests may run it in-process.
+
+Per turn: ``close_old_connections()``, a heartbeat at most every poll interval, a stale sweep
+every ``sweep_every`` turns, the pause check, one batch claim. Per job: the authorization
+(schema, fingerprint, and for approval types the approval re-check) is recorded as AUTHORIZED in
+the same transaction as CLAIMED → EXECUTING, which also renews the lease; the handler runs
+outside any transaction; EXECUTED and the outcome commit together. A single background thread
+renews leases only for jobs held longer than lease/3, so fast handlers cost no extra writes.
+
+A database error is retried (same job step, fresh connection) and, if it persists, the turn is
+abandoned and the loop reconnects on the next one. SIGTERM/SIGINT stop claiming; the job in hand
+finishes, claimed-but-not-begun jobs are released, and ``run`` returns normally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
+
+from inbox import scopes as scope_service
+from inbox import transitions, workers
+from inbox.approvals import check_approval
+from inbox.dbcheck import check_worker_database
+from inbox.errors import (
+    ConfigurationError,
+    ImmutableFieldDrift,
+    InboxError,
+    InvalidTransition,
+    JobNotFound,
+    JobValidationError,
+    LostClaim,
+)
+from inbox.handlers import DefiniteFailure, HandlerResult
+from inbox.jobtypes import JobType, registry, scopes, validate_job_document
+from inbox.models import Job, JobState, WorkerStatus
+
+log = logging.getLogger("inbox.executor")
+
+DB_ERRORS = (OperationalError, InterfaceError)
+
+
+@dataclass
+class ExecutorStats:
+    succeeded: int = 0
+    failed: int = 0
+    unknown: int = 0
+    rejected: int = 0
+    lost: int = 0
+    released: int = 0
+    db_errors: int = 0
+    sweeps: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def processed(self) -> int:
+        return self.succeeded + self.failed + self.unknown + self.rejected + self.lost
+
+    @property
+    def not_ok(self) -> int:
+        return self.failed + self.unknown + self.rejected + self.lost
+
+    def line(self) -> str:
+        return (
+            f"{self.processed} jobs ({self.succeeded} succeeded, {self.failed} failed, "
+            f"{self.unknown} unknown, {self.rejected} rejected, {self.lost} lost)"
+        )
+
+
+@dataclass
+class _Held:
+    claim_id: str
+    renewed_at: float
+
+
+class _LeaseKeeper(threading.Thread):
+    """Renews the leases of jobs this executor holds once they are older than lease/3.
+
+    One thread per executor, with its own database connection (closed when it ends). Renewal
+    and the main thread's hand-over (``drop``) share a lock, so a renewal never races the
+    job's completion. A refused renewal (``LostClaim``) marks the job lost: the executor must
+    not record its outcome.
+    """
+
+    def __init__(self, *, worker_id: str, lease_seconds: int) -> None:
+        super().__init__(name=f"lease-keeper-{worker_id}", daemon=True)
+        self.worker_id = worker_id
+        self.lease_seconds = lease_seconds
+        self.every = lease_seconds / 3
+        self.tick = max(0.05, min(lease_seconds / 6, 2.0))
+        self.lock = threading.Lock()
+        self.held: dict[str, _Held] = {}
+        self.lost: set[str] = set()
+        self._halt = threading.Event()
+
+    def hold(self, jobs: list[Job]) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for job in jobs:
+                self.held[job.job_id] = _Held(job.claim_id, now)
+
+    def refreshed(self, job_id: str) -> None:
+        with self.lock:
+            if job_id in self.held:
+                self.held[job_id].renewed_at = time.monotonic()
+
+    def is_lost(self, job_id: str) -> bool:
+        with self.lock:
+            return job_id in self.lost
+
+    def drop(self, job_id: str) -> bool:
+        """Stop renewing ``job_id``; True if its claim was lost meanwhile."""
+        with self.lock:
+            self.held.pop(job_id, None)
+            if job_id in self.lost:
+                self.lost.discard(job_id)
+                return True
+            return False
+
+    def halt(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        try:
+            while not self._halt.wait(self.tick):
+                self._renew_due()
+        finally:
+            connection.close()  # this thread's own connection
+
+    def _renew_due(self) -> None:
+        renewed = False
+        with self.lock:
+            now = time.monotonic()
+            due = [(jid, h) for jid, h in self.held.items() if now - h.renewed_at >= self.every]
+            for job_id, held in due:
+                try:
+                    transitions.renew_lease(
+                        job_id,
+                        claim_id=held.claim_id,
+                        lease_seconds=self.lease_seconds,
+                        actor=self.worker_id,
+                    )
+                    held.renewed_at = time.monotonic()
+                    renewed = True
+                except (LostClaim, JobNotFound) as exc:
+                    self.held.pop(job_id, None)
+                    self.lost.add(job_id)
+                    log.error("LOST FENCE: job %s: %s; work on it stops", job_id, exc)
+                except DB_ERRORS as exc:
+                    log.warning("lease renewal hit a database error (retrying): %s", exc)
+                    connection.close()
+                    return
+                except Exception:
+                    log.exception("lease renewal of job %s failed; retrying", job_id)
+        if renewed:
+            # The main thread is busy with a long job: keep the worker visibly alive too.
+            try:
+                workers.beat(worker_id=self.worker_id)
+            except DB_ERRORS:
+                connection.close()
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    ok: bool
+    code: str
+    why: str
+    detail: dict[str, Any]
+
+
+class Executor:
+    """One executor process's loop for one scope. ``run()`` returns its stats."""
+
+    def __init__(
+        self,
+        *,
+        scope: str,
+        worker_id: str | None = None,
+        lease_seconds: int = 60,
+        batch: int = 10,
+        poll_seconds: float = 1.0,
+        max_jobs: int | None = None,
+        exit_when_idle: bool = False,
+        sweep_every: int = 50,
+        progress_seconds: float = 10.0,
+        db_retries: int = 5,
+        out: Callable[[str], None] = print,
+    ) -> None:
+        if lease_seconds < 1:
+            raise ConfigurationError(f"the lease must be at least 1 s, got {lease_seconds}")
+        if batch < 1:
+            raise ConfigurationError(f"the batch must be at least 1, got {batch}")
+        if poll_seconds <= 0:
+            raise ConfigurationError(f"the poll interval must be positive, got {poll_seconds}")
+        if max_jobs is not None and max_jobs < 1:
+            raise ConfigurationError(f"--max-jobs must be at least 1, got {max_jobs}")
+        self.scope = scope
+        self.worker_id = worker_id or workers.new_worker_id("executor", scope)
+        self.lease_seconds = int(lease_seconds)
+        self.batch = batch
+        self.poll = poll_seconds
+        self.max_jobs = max_jobs
+        self.exit_when_idle = exit_when_idle
+        self.sweep_every = max(int(sweep_every), 0)
+        self.progress_seconds = progress_seconds
+        self.db_retries = max(db_retries, 1)
+        self.out = out
+        self.stats = ExecutorStats()
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._pending: deque[Job] = deque()
+        self._current = ""
+        self._turns = 0
+        self._last_beat = 0.0
+        self._last_progress = (time.monotonic(), 0)
+        self._paused_said = False
+        self._db_trouble = False
+        self._keeper = _LeaseKeeper(worker_id=self.worker_id, lease_seconds=self.lease_seconds)
+
+    # --- control ----------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self, reason: str = "asked to stop") -> None:
+        """Stop claiming; the job in hand finishes and the rest of the batch is released."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.stopping:
+            log.warning("%s again: already stopping (finishing job %s)", name, self._current)
+            return
+        log.warning(
+            "%s: stopping — finishing the job in hand, releasing %d claimed job(s)",
+            name,
+            len(self._pending),
+        )
+        self.stop(name)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> ExecutorStats:
+        """Run until idle (``exit_when_idle``), ``max_jobs``, or a stop signal."""
+        described = check_worker_database()
+        if self.scope not in scopes():
+            raise ConfigurationError(
+                f"unknown scope {self.scope!r}; registered scopes: {', '.join(scopes())}"
+            )
+        handlers = {t.name: t for t in registry().values() if t.scope == self.scope}
+        for job_type in handlers.values():
+            job_type.handler  # noqa: B018 - import every handler now: fail at start, not mid-job
+        workers.register_worker(
+            worker_id=self.worker_id,
+            kind="executor",
+            scope=self.scope,
+            poll_seconds=self.poll,
+            lease_seconds=self.lease_seconds,
+        )
+        self.out(
+            f"executor {self.worker_id}: scope={self.scope} lease={self.lease_seconds}s "
+            f"batch={self.batch} poll={self.poll}s on {described}"
+        )
+        previous = self._install_signals()
+        self._keeper.start()
+        try:
+            while not self.stopping:
+                self._turns += 1
+                close_old_connections()
+                try:
+                    if not self._turn():
+                        break
+                except DB_ERRORS as exc:
+                    self.stats.db_errors += 1
+                    self._db_trouble = True
+                    log.error("database error; reconnecting on the next turn: %s", exc)
+                    self._drop_connection()
+                    self._stop.wait(self.poll)
+        finally:
+            self._shutdown()
+            self._restore_signals(previous)
+        return self.stats
+
+    def _turn(self) -> bool:
+        """One claim-and-run turn; False when the loop should end."""
+        self._maybe_beat()
+        if self._db_trouble:
+            self._release_orphans()
+            self._db_trouble = False
+        if self.sweep_every and self._turns % self.sweep_every == 0:
+            self._sweep()
+        pause = scope_service.pause_of(self.scope)
+        if pause is not None:
+            if not self._paused_said:
+                self._say(
+                    f"scope {self.scope} is paused by {pause.changed_by} ({pause.reason}); "
+                    "not claiming"
+                )
+                self._paused_said = True
+            if self.exit_when_idle:
+                return False
+            self._stop.wait(self.poll)
+            return True
+        if self._paused_said:
+            self._say(f"scope {self.scope} resumed; claiming again")
+            self._paused_said = False
+        if not self._pending:  # jobs left over from a turn a database error cut short go first
+            limit = self.batch
+            if self.max_jobs is not None:
+                limit = min(limit, self.max_jobs - self.stats.processed)
+                if limit <= 0:
+                    return False
+            jobs = transitions.claim_next_jobs(
+                scope=self.scope,
+                worker_id=self.worker_id,
+                lease_seconds=self.lease_seconds,
+                limit=limit,
+            )
+            if not jobs:
+                self._maybe_progress()
+                if self.exit_when_idle:
+                    return False
+                self._stop.wait(self.poll)
+                return True
+            self._pending.extend(jobs)
+            self._keeper.hold(jobs)
+        while self._pending and not self.stopping:
+            job = self._pending.popleft()
+            self._current = job.job_id
+            try:
+                self._process(job)
+            finally:
+                self._current = ""
+                self._keeper.drop(job.job_id)
+            self._maybe_progress()
+            self._maybe_beat()
+        return not (self.max_jobs is not None and self.stats.processed >= self.max_jobs)
+
+    # --- one job ----------------------------------------------------------------------------
+
+    def _process(self, job: Job) -> None:
+        if self._keeper.is_lost(job.job_id):
+            self.stats.lost += 1
+            return
+        job_type = registry().get(job.job_type)
+        verdict = self._authorize(job, job_type)
+        if not verdict.ok:
+            self._reject(job, verdict)
+            return
+        try:
+            self._db_step(
+                lambda: transitions.begin_job(
+                    job.job_id,
+                    claim_id=job.claim_id,
+                    actor=self.worker_id,
+                    lease_seconds=self.lease_seconds,
+                    authorized=verdict.detail,
+                ),
+                done=lambda: _holds(job, JobState.EXECUTING),
+            )
+        except ImmutableFieldDrift as exc:
+            self.stats.lost += 1
+            log.error("job %s: %s; not executing", job.job_id, exc)
+            return
+        except InvalidTransition as exc:  # LostClaim included
+            self.stats.lost += 1
+            log.error("LOST FENCE: job %s could not begin: %s", job.job_id, exc)
+            return
+        self._keeper.refreshed(job.job_id)
+        assert job_type is not None  # _authorize refuses unknown types
+        started = time.monotonic()
+        outcome, code, detail, error = self._run_handler(job, job_type)
+        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
+        if self._keeper.drop(job.job_id):
+            self.stats.lost += 1
+            log.error(
+                "LOST FENCE: job %s finished (%s) after its claim was lost; outcome not recorded",
+                job.job_id,
+                code,
+            )
+            return
+        executed = {"handler": job_type.handler_path, "duration_ms": elapsed_ms, **detail}
+        finish = {
+            JobState.SUCCEEDED: transitions.complete_job,
+            JobState.FAILED: transitions.fail_job,
+            JobState.OUTCOME_UNKNOWN: transitions.mark_outcome_unknown,
+        }[outcome]
+        kwargs: dict[str, Any] = {"executed_detail": executed}
+        if error:
+            kwargs["error"] = error
+        try:
+            self._db_step(
+                lambda: finish(
+                    job.job_id,
+                    claim_id=job.claim_id,
+                    actor=self.worker_id,
+                    result_code=code,
+                    **kwargs,
+                ),
+                done=lambda: _holds(job, outcome),
+            )
+        except InvalidTransition as exc:
+            self.stats.lost += 1
+            log.error(
+                "LOST FENCE: job %s ran (%s) but its outcome was refused: %s", job.job_id, code, exc
+            )
+            return
+        if outcome == JobState.SUCCEEDED:
+            self.stats.succeeded += 1
+        elif outcome == JobState.FAILED:
+            self.stats.failed += 1
+        else:
+            self.stats.unknown += 1
+
+    def _authorize(self, job: Job, job_type: JobType | None) -> _Verdict:
+        if job_type is None:
+            return _Verdict(False, "UNKNOWN_JOB_TYPE", f"job type {job.job_type} is unknown", {})
+        try:
+            validate_job_document(job.payload)
+        except JobValidationError as exc:
+            return _Verdict(False, "SCHEMA_INVALID", str(exc), {})
+        if not transitions.fingerprint_ok(job):
+            # begin_job refuses it too (and records the drift); say why here.
+            return _Verdict(True, "OK", "", {"schema": "ok"})
+        detail: dict[str, Any] = {"schema": "ok", "fingerprint": job.fingerprint}
+        if job_type.needs_approval:
+            check = check_approval(job)
+            if not check.ok:
+                return _Verdict(False, check.code, check.why, {})
+            detail.update(approval_id=job.approval_id, approval=check.why)
+        return _Verdict(True, "OK", "", detail)
+
+    def _reject(self, job: Job, verdict: _Verdict) -> None:
+        try:
+            self._db_step(
+                lambda: transitions.reject_job(
+                    job.job_id,
+                    actor=self.worker_id,
+                    reason=verdict.why,
+                    result_code=verdict.code,
+                    claim_id=job.claim_id,
+                ),
+                done=lambda: _state_of(job) == JobState.REJECTED,
+            )
+        except InvalidTransition as exc:
+            self.stats.lost += 1
+            log.error("LOST FENCE: job %s could not be rejected: %s", job.job_id, exc)
+            return
+        self.stats.rejected += 1
+        log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
+
+    def _run_handler(self, job: Job, job_type: JobType) -> tuple[str, str, dict[str, Any], str]:
+        """(outcome state, result code, detail, error) — never raises."""
+        try:
+            result = job_type.handler(job)
+        except DefiniteFailure as exc:
+            return JobState.FAILED, exc.result_code, dict(exc.detail), str(exc)
+        except Exception as exc:
+            log.exception("job %s: handler %s raised", job.job_id, job_type.handler_path)
+            error = f"{type(exc).__name__}: {exc}"
+            if job_type.idempotent:
+                # Safe to run again: a definite FAILED an operator may retry.
+                return JobState.FAILED, "HANDLER_ERROR", {}, error
+            return JobState.OUTCOME_UNKNOWN, "HANDLER_ERROR", {}, error
+        if not isinstance(result, HandlerResult):
+            result = HandlerResult()
+        return JobState.SUCCEEDED, result.result_code, dict(result.detail), ""
+
+    # --- database resilience ----------------------------------------------------------------
+
+    def _db_step(self, step: Callable[[], Any], *, done: Callable[[], bool]) -> Any:
+        """Run one transition, retrying on a dropped connection.
+
+        The lost response may hide a commit, so before each retry ``done`` asks the database
+        whether the step already took effect.
+        """
+        attempt = 0
+        while True:
+            try:
+                return step()
+            except DB_ERRORS as exc:
+                attempt += 1
+                self.stats.db_errors += 1
+                log.warning("database error (attempt %d/%d): %s", attempt, self.db_retries, exc)
+                self._drop_connection()
+                if attempt >= self.db_retries:
+                    self._db_trouble = True
+                    raise
+                time.sleep(min(self.poll, 1.0) * attempt)
+                try:
+                    if done():
+                        return None
+                except DB_ERRORS:
+                    self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        with contextlib.suppress(*DB_ERRORS):
+            connection.close()
+
+    def _release_orphans(self) -> None:
+        """After a database error: hand back CLAIMED jobs of ours that we no longer track."""
+        tracked = {job.job_id for job in self._pending}
+        orphans = Job.objects.filter(worker_id=self.worker_id, state=JobState.CLAIMED).exclude(
+            job_id__in=tracked
+        )
+        for job in orphans:
+            try:
+                transitions.release_job(
+                    job.job_id,
+                    claim_id=job.claim_id,
+                    actor=self.worker_id,
+                    reason="released after a database error",
+                )
+                self.stats.released += 1
+            except InvalidTransition as exc:
+                log.warning("job %s: orphan not released: %s", job.job_id, exc)
+
+    # --- housekeeping -----------------------------------------------------------------------
+
+    def _maybe_beat(self, *, force: bool = False, status: str | None = None) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_beat < self.poll:
+            return
+        self._last_beat = now
+        workers.beat(
+            worker_id=self.worker_id,
+            current_job_id=self._current,
+            jobs_done=self.stats.succeeded,
+            jobs_failed=self.stats.not_ok,
+            status=status,
+        )
+
+    def _sweep(self) -> None:
+        try:
+            report = transitions.recover_stale_claims_report(actor=self.worker_id)
+        except InboxError as exc:
+            log.warning("sweep failed: %s", exc)
+            return
+        self.stats.sweeps += 1
+        if report.total or report.refused:
+            self._say(f"sweep: {report.summary()}")
+
+    def _maybe_progress(self) -> None:
+        now = time.monotonic()
+        last_at, last_n = self._last_progress
+        if now - last_at < self.progress_seconds:
+            return
+        done = self.stats.processed
+        rate = (done - last_n) / (now - last_at)
+        overall = done / max(now - self.stats.started, 1e-9)
+        self._say(
+            f"progress: {self.stats.line()}; {rate:.1f} jobs/s over the last {now - last_at:.0f}s, "
+            f"{overall:.1f} jobs/s overall"
+        )
+        self._last_progress = (now, done)
+
+    def summary(self) -> str:
+        elapsed = time.monotonic() - self.stats.started
+        rate = self.stats.processed / max(elapsed, 1e-9)
+        text = (
+            f"executor {self.worker_id} stopped: {self.stats.line()} in {elapsed:.1f}s "
+            f"({rate:.1f} jobs/s); released {self.stats.released}, "
+            f"database errors {self.stats.db_errors}, sweeps {self.stats.sweeps}"
+        )
+        if self._stop_reason:
+            text += f"; reason: {self._stop_reason}"
+        return text
+
+    def _say(self, text: str) -> None:
+        self.out(f"[{self.worker_id}] {text}")
+
+    def _shutdown(self) -> None:
+        self._keeper.halt()
+        pending = list(self._pending)
+        self._pending.clear()
+        try:
+            if pending:
+                self._maybe_beat(force=True, status=WorkerStatus.STOPPING)
+            for job in pending:
+                self._keeper.drop(job.job_id)
+                try:
+                    self._db_step(
+                        lambda job=job: transitions.release_job(
+                            job.job_id,
+                            claim_id=job.claim_id,
+                            actor=self.worker_id,
+                            reason=f"worker stopping ({self._stop_reason or 'exit'})",
+                        ),
+                        done=lambda job=job: _state_of(job) == JobState.READY,
+                    )
+                    self.stats.released += 1
+                except InvalidTransition as exc:
+                    log.warning("job %s not released: %s", job.job_id, exc)
+            workers.mark_stopped(
+                worker_id=self.worker_id,
+                jobs_done=self.stats.succeeded,
+                jobs_failed=self.stats.not_ok,
+            )
+        except DB_ERRORS as exc:
+            log.error("could not hand back claims or mark the worker stopped: %s", exc)
+        finally:
+            self._keeper.join(timeout=max(self.lease_seconds, 5))
+        self.out(self.summary())
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._on_signal)
+        return previous
+
+    @staticmethod
+    def _restore_signals(previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _state_of(job: Job) -> str | None:
+    return Job.objects.filter(job_id=job.job_id).values_list("state", flat=True).first()
+
+
+def _holds(job: Job, state: str) -> bool:
+    """Did our step commit although its response was lost? (state reached, claim still ours)"""
+    return Job.objects.filter(job_id=job.job_id, state=state, claim_id=job.claim_id).exists()

@@ -1,0 +1,31 @@
+"""Pause an executor scope: executors stop claiming in it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from inbox.errors import InboxError
+from inbox.management.commands._common import cli_actor
+from inbox.scopes import pause_scope
+
+
+class Command(BaseCommand):
+    help = (
+        "Pause SCOPE with a reason: running executors stop claiming in it (jobs already in "
+        "hand finish) until `resume SCOPE`. Recorded as an operator action."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("scope")
+        parser.add_argument("--reason", required=True, help="why (recorded)")
+        parser.add_argument("--as", dest="actor", default=None, help="who (default cli:LOGIN)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        actor = cli_actor(options["actor"])
+        try:
+            pause_scope(options["scope"], actor=actor, reason=options["reason"])
+        except InboxError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"scope {options['scope']} paused by {actor}: {options['reason']}")

@@ -1,0 +1,61 @@
+"""Probe the vault for every OUTCOME_UNKNOWN job; with --auto, act on the evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from inbox import reconcile
+from inbox.management.commands._common import run_loop
+
+
+class Command(BaseCommand):
+    help = (
+        "Probe the vault (read-only) for every OUTCOME_UNKNOWN job and print the evidence and "
+        "the action. With --auto: an absent object → RECONCILED CONFIRMED_DELETED; present with "
+        "the expected hash → result_code RECONCILE_NOT_APPLIED; present with another hash → "
+        "RECONCILE_CONFLICT (state unchanged; an operator decides). Evidence goes into the "
+        "audit event. --dry-run (or no --auto) writes nothing; --loop repeats --auto every "
+        "--interval seconds as a worker with a heartbeat."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--auto", action="store_true", help="apply the unambiguous outcomes")
+        parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
+        parser.add_argument("--loop", action="store_true", help="repeat until SIGTERM/SIGINT")
+        parser.add_argument(
+            "--interval", type=float, default=30.0, help="seconds between loop turns (default 30)"
+        )
+        parser.add_argument(
+            "--as", dest="actor", default="auto-reconciler", help="actor (default auto-reconciler)"
+        )
+        parser.add_argument("--quiet", action="store_true", help="print only the summary")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        apply = options["auto"] and not options["dry_run"]
+        if options["loop"]:
+            run_loop(
+                kind="reconciler",
+                interval=options["interval"],
+                body=lambda worker_id: self._once(apply=apply, actor=worker_id, quiet=True),
+                say=self.stdout.write,
+            )
+            return
+        self._once(apply=apply, actor=options["actor"], quiet=options["quiet"])
+
+    def _once(self, *, apply: bool, actor: str, quiet: bool) -> None:
+        if not quiet:
+            for job, evidence, action in reconcile.plan_auto_reconcile():
+                if evidence is None:
+                    self.stdout.write(f"{job.job_id}  {job.vault_path}  (no probe)  {action}")
+                    continue
+                state = (
+                    "absent"
+                    if not evidence.present
+                    else ("present, expected hash" if evidence.matches else "present, OTHER hash")
+                )
+                self.stdout.write(f"{job.job_id}  {job.vault_path}  {state}  {action}")
+        report = reconcile.auto_reconcile(actor=actor, dry_run=not apply)
+        if not quiet or report.confirmed or report.not_applied or report.conflict:
+            self.stdout.write(report.summary(dry_run=not apply))

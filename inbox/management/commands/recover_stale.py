@@ -1,0 +1,46 @@
+"""Apply the lapsed-lease rules to held jobs: requeue SAVE, park DELETE as OUTCOME_UNKNOWN."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from inbox.management.commands._common import cli_actor, run_loop
+from inbox.transitions import recover_stale_claims_report
+
+
+class Command(BaseCommand):
+    help = (
+        "Recover jobs whose lease lapsed (DESIGN 1.3): idempotent ones (SAVE) go back to READY, "
+        "or FAILED with MAX_ATTEMPTS once out of attempts; non-idempotent ones (DELETE) are "
+        "parked as OUTCOME_UNKNOWN, never requeued. Prints what it did; --dry-run prints what it "
+        "would do and writes nothing; --loop repeats every --interval seconds as a worker with "
+        "a heartbeat until SIGTERM/SIGINT."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--dry-run", action="store_true", help="report only; write nothing")
+        parser.add_argument("--loop", action="store_true", help="repeat until SIGTERM/SIGINT")
+        parser.add_argument(
+            "--interval", type=float, default=10.0, help="seconds between loop turns (default 10)"
+        )
+        parser.add_argument("--as", dest="actor", default=None, help="actor (default sweeper)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        dry_run = options["dry_run"]
+
+        def sweep(actor: str) -> None:
+            report = recover_stale_claims_report(dry_run=dry_run, actor=actor)
+            if report.total or report.refused or not options["loop"]:
+                self.stdout.write(report.summary(dry_run=dry_run))
+
+        if options["loop"]:
+            run_loop(
+                kind="sweeper",
+                interval=options["interval"],
+                body=lambda worker_id: sweep(options["actor"] or worker_id),
+                say=self.stdout.write,
+            )
+        else:
+            sweep(options["actor"] or cli_actor(None).replace("cli:", "sweeper:"))

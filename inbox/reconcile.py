@@ -1,0 +1,259 @@
+"""Reconciliation of OUTCOME_UNKNOWN jobs from evidence (DESIGN §1.7).
+
+Read-only toward the vault: it probes the object (present? current hash?) and records the
+evidence in the audit event of whatever it decides. The automatic reconciler does only the
+unambiguous case (object absent → RECONCILED ``CONFIRMED_DELETED``) and annotates the rest
+(``RECONCILE_NOT_APPLIED``, ``RECONCILE_CONFLICT`` as ``result_code``, state unchanged). The
+manual outcomes (confirm deleted, not applied with an optional fresh DELETE, annotate) are the
+services the console calls. Job state changes only through ``inbox.transitions``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from inbox import transitions, vault
+from inbox.errors import InboxError, InvalidTransition, JobNotFound
+from inbox.models import Job, JobState
+
+CONFIRMED_DELETED = "CONFIRMED_DELETED"
+NOT_APPLIED = "NOT_APPLIED"
+DIAG_NOT_APPLIED = "RECONCILE_NOT_APPLIED"
+DIAG_CONFLICT = "RECONCILE_CONFLICT"
+# Job types whose OUTCOME_UNKNOWN a vault probe can decide.
+PROBED_TYPES = frozenset({"DELETE_OBJECT"})
+
+# Auto-reconciler actions.
+CONFIRM = "confirm_deleted"
+DIAGNOSE_NOT_APPLIED = "diagnose_not_applied"
+DIAGNOSE_CONFLICT = "diagnose_conflict"
+UNCHANGED = "already_diagnosed"
+SKIP = "skip"
+
+
+class ReconcileRefused(InboxError):
+    """The evidence does not support the requested outcome; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    vault_path: str
+    present: bool
+    current_hash: str | None
+    expected_hash: str | None
+    matches: bool
+    probed_at: dt.datetime
+
+    def as_detail(self) -> dict[str, Any]:
+        detail = asdict(self)
+        detail["probed_at"] = self.probed_at.isoformat()
+        return detail
+
+
+def _load(job_id: str) -> Job:
+    job = Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def probe_job(job: Job) -> Evidence:
+    """Probe the job's object in the vault; read-only. Raises ``VaultError`` if refused."""
+    payload = job.payload or {}
+    expected = payload.get("expected_provenance_hash") or payload.get("provenance_hash")
+    found = vault.probe(job.vault_path)
+    return Evidence(
+        vault_path=job.vault_path,
+        present=found.present,
+        current_hash=found.current_hash,
+        expected_hash=expected,
+        matches=found.present and found.current_hash == expected,
+        probed_at=transitions.db_now(),
+    )
+
+
+def confirm_deleted(job_id: str, *, actor: str, reason: str) -> Job:
+    """OUTCOME_UNKNOWN → RECONCILED ``CONFIRMED_DELETED``; refused unless the object is absent."""
+    job = _load(job_id)
+    evidence = probe_job(job)
+    if evidence.present:
+        raise ReconcileRefused(
+            f"job {job_id!r}: {job.vault_path} is still in the vault "
+            f"(sha256 {evidence.current_hash}); it was not deleted"
+        )
+    return transitions.reconcile_job(
+        job_id,
+        actor=actor,
+        result_code=CONFIRMED_DELETED,
+        evidence=evidence.as_detail(),
+        reason=reason,
+    )
+
+
+def _redo_value(prefix: str, value: str, limit: int) -> str:
+    text = f"{prefix}{value}"
+    if len(text) <= limit:
+        return text
+    return f"{prefix}{hashlib.sha256(value.encode('utf-8')).hexdigest()}"
+
+
+def not_applied(
+    job_id: str, *, actor: str, reason: str, request_fresh_delete: bool = False
+) -> tuple[Job, Job | None]:
+    """OUTCOME_UNKNOWN → RECONCILED ``NOT_APPLIED``; optionally request a fresh DELETE.
+
+    Refused when the probe shows the object gone (the delete did apply). The fresh job's id and
+    idempotency key derive from the old job's, so a double click makes one job (the second call
+    finds the old job already reconciled NOT_APPLIED and replays the creation). The new job
+    waits CREATED for its own approval; the operator who asked for it cannot approve it.
+    """
+    job = _load(job_id)
+    if not (job.state == JobState.OUTCOME_UNKNOWN or _already_not_applied(job)):
+        raise InvalidTransition(
+            job_id, job.state, JobState.RECONCILED, "only an OUTCOME_UNKNOWN job can be reconciled"
+        )
+    evidence = probe_job(job)
+    if not evidence.present:
+        raise ReconcileRefused(
+            f"job {job_id!r}: {job.vault_path} is gone from the vault; the delete applied "
+            "(confirm it as deleted instead)"
+        )
+    with transaction.atomic():
+        if job.state == JobState.OUTCOME_UNKNOWN:
+            job = transitions.reconcile_job(
+                job_id,
+                actor=actor,
+                result_code=NOT_APPLIED,
+                evidence=evidence.as_detail(),
+                reason=reason,
+            )
+        fresh = None
+        if request_fresh_delete:
+            doc = dict(job.payload)
+            doc["job_id"] = _redo_value("redo-", job.job_id, 200)
+            doc["idempotency_key"] = _redo_value("redo:", job.idempotency_key, 255)
+            fresh, _created = transitions.create_job(doc, requested_by=actor, supersedes=job.job_id)
+    return job, fresh
+
+
+def _already_not_applied(job: Job) -> bool:
+    return job.state == JobState.RECONCILED and job.result_code == NOT_APPLIED
+
+
+def annotate(job_id: str, *, actor: str, reason: str) -> Job:
+    """Store the current evidence's diagnosis as ``result_code``; the state does not change."""
+    job = _load(job_id)
+    evidence = probe_job(job)
+    code = _diagnosis(evidence)
+    return transitions.set_result_code(
+        job_id,
+        actor=actor,
+        result_code=code,
+        detail={"evidence": evidence.as_detail(), "reason": reason},
+    )
+
+
+def _diagnosis(evidence: Evidence) -> str:
+    if not evidence.present:
+        return CONFIRMED_DELETED
+    return DIAG_NOT_APPLIED if evidence.matches else DIAG_CONFLICT
+
+
+# --- the automatic reconciler -----------------------------------------------------------------
+
+
+@dataclass
+class AutoReport:
+    confirmed: list[str] = field(default_factory=list)
+    not_applied: list[str] = field(default_factory=list)
+    conflict: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self, *, dry_run: bool = False) -> str:
+        verb = "would " if dry_run else ""
+        text = (
+            f"{verb}reconcile {len(self.confirmed)} as CONFIRMED_DELETED; "
+            f"{verb}diagnose {len(self.not_applied)} {DIAG_NOT_APPLIED} and "
+            f"{len(self.conflict)} {DIAG_CONFLICT}; {len(self.unchanged)} already diagnosed"
+        )
+        if self.skipped:
+            text += f"; {len(self.skipped)} skipped"
+        if self.refused:
+            text += f"; {len(self.refused)} refused (changed meanwhile)"
+        return text
+
+
+def plan_auto_reconcile() -> list[tuple[Job, Evidence | None, str]]:
+    """Every OUTCOME_UNKNOWN job with its evidence and what the auto-reconciler would do."""
+    plan: list[tuple[Job, Evidence | None, str]] = []
+    for job in Job.objects.unknown().order_by("updated_at", "job_id").iterator(chunk_size=500):
+        if job.job_type not in PROBED_TYPES:
+            plan.append((job, None, SKIP))
+            continue
+        try:
+            evidence = probe_job(job)
+        except vault.VaultError:
+            plan.append((job, None, SKIP))
+            continue
+        if not evidence.present:
+            action = CONFIRM
+        else:
+            code = _diagnosis(evidence)
+            if job.result_code == code:
+                action = UNCHANGED
+            else:
+                action = DIAGNOSE_NOT_APPLIED if code == DIAG_NOT_APPLIED else DIAGNOSE_CONFLICT
+        plan.append((job, evidence, action))
+    return plan
+
+
+def auto_reconcile(*, actor: str, dry_run: bool = False) -> AutoReport:
+    """Reconcile the unambiguous unknowns and annotate the rest; ``dry_run`` writes nothing."""
+    report = AutoReport()
+    for job, evidence, action in plan_auto_reconcile():
+        if action == SKIP:
+            why = (
+                "the vault refused the path"
+                if job.job_type in PROBED_TYPES
+                else f"no vault probe for {job.job_type}"
+            )
+            report.skipped.append((job.job_id, why))
+            continue
+        if action == UNCHANGED:
+            report.unchanged.append(job.job_id)
+            continue
+        assert evidence is not None
+        bucket = {
+            CONFIRM: report.confirmed,
+            DIAGNOSE_NOT_APPLIED: report.not_applied,
+            DIAGNOSE_CONFLICT: report.conflict,
+        }[action]
+        if not dry_run:
+            try:
+                if action == CONFIRM:
+                    transitions.reconcile_job(
+                        job.job_id,
+                        actor=actor,
+                        result_code=CONFIRMED_DELETED,
+                        evidence=evidence.as_detail(),
+                        reason="auto: the object is absent from the vault",
+                    )
+                else:
+                    transitions.set_result_code(
+                        job.job_id,
+                        actor=actor,
+                        result_code=_diagnosis(evidence),
+                        detail={"evidence": evidence.as_detail(), "reason": "auto-reconciler"},
+                    )
+            except InboxError as exc:
+                report.refused.append((job.job_id, str(exc)))
+                continue
+        bucket.append(job.job_id)
+    return report
