@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
 from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -9,6 +13,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from console.policy import page, public
+from inbox import selectors
+from inbox.transitions import db_now
 
 
 @public
@@ -34,6 +40,24 @@ def readyz(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"status": "ready"})
 
 
-@page()
+# Each dashboard region polls on its own; a poll renders only that region's data.
+DASHBOARD_REGIONS: dict[str, Callable[[dt.datetime], dict[str, Any]]] = {
+    "dashboard-counts": lambda now: {"counts": selectors.state_counts()},
+    "dashboard-alerts": lambda now: {"alerts": selectors.dashboard_alerts(now)},
+    "dashboard-throughput": lambda now: {"throughput": selectors.throughput_per_minute(now)},
+    "dashboard-runs": lambda now: {"runs": selectors.active_runs(now)},
+}
+
+
+@page(permission="inbox.view_job")
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "console/home.html")
+    """Counts by state, throughput, alert tiles and active runs; each region polls itself."""
+    now = db_now()
+    target = request.htmx.target if request.htmx else None
+    if target in DASHBOARD_REGIONS:
+        context = {"now": now, **DASHBOARD_REGIONS[target](now)}
+        return render(request, f"console/dashboard.html#{target}", context)
+    context: dict[str, Any] = {"now": now}
+    for build in DASHBOARD_REGIONS.values():
+        context.update(build(now))
+    return render(request, "console/dashboard.html", context)

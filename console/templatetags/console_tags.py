@@ -24,6 +24,20 @@ def request_id_field() -> SafeString:
     return format_html('<input type="hidden" name="request_id" value="{}">', uuid.uuid4().hex)
 
 
+@register.filter
+def capped(count: int) -> str:
+    """A capped count as operators read it: 12 → "12", 10,001 → "10,000+"."""
+    from inbox.selectors import count_label
+
+    return count_label(int(count or 0))
+
+
+@register.simple_tag
+def fresh_request_id() -> str:
+    """A new request id for a form whose hidden input is rendered by hand (OOB refresh)."""
+    return uuid.uuid4().hex
+
+
 @register.inclusion_tag("components/reason-field.html")
 def reason_field(
     *, required: bool = True, label: str = "Reason", field_id: str = "", value: str = ""
@@ -72,7 +86,7 @@ def lease_countdown(
         "expired": remaining is not None and remaining < 0,
         "held": held and remaining is not None,
         "url": url,
-        "poll": f"every {int(poll_seconds)}s [document.visibilityState==='visible']",
+        "poll": f"every {int(poll_seconds)}s",
     }
 
 

@@ -93,6 +93,21 @@
     });
   });
 
+  // --- polling: skip [data-poll] requests while the tab is hidden (no eval'd trigger filters
+  // under our CSP), and catch up as soon as it is visible again ---
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (elt && elt.hasAttribute("data-poll") && document.visibilityState !== "visible") {
+      event.preventDefault();
+    }
+  });
+  document.addEventListener("visibilitychange", function () {
+    if (document.visibilityState !== "visible" || !window.htmx) return;
+    document.querySelectorAll("[data-poll][hx-get]").forEach(function (el) {
+      window.htmx.ajax("GET", el.getAttribute("hx-get"), { source: el, target: el, swap: "outerHTML" });
+    });
+  });
+
   document.addEventListener("DOMContentLoaded", tickLeases);
   document.body && document.body.addEventListener("htmx:afterSwap", tickLeases);
 })();

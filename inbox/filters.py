@@ -1,0 +1,75 @@
+"""The job list's filters: every one an exact match on an indexed column (fast at 1M rows)."""
+
+from __future__ import annotations
+
+import django_filters
+from django import forms
+from django.db.models import QuerySet
+
+from inbox import transitions
+from inbox.jobtypes import registry, scopes
+from inbox.models import Job, JobState
+from inbox.selectors import search_jobs
+
+
+def _type_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in sorted(registry())]
+
+
+def _scope_choices() -> list[tuple[str, str]]:
+    return [(name, name) for name in scopes()]
+
+
+class JobFilter(django_filters.FilterSet):
+    q = django_filters.CharFilter(
+        method="filter_search",
+        label="Search",
+        widget=forms.TextInput(
+            attrs={
+                "type": "search",
+                "data-search": "",
+                "placeholder": "job id, object id, idempotency key or mission (exact)",
+                "aria-keyshortcuts": "/",
+            }
+        ),
+    )
+    state = django_filters.ChoiceFilter(choices=JobState.choices, empty_label="any state")
+    job_type = django_filters.ChoiceFilter(
+        label="Type", choices=_type_choices, empty_label="any type"
+    )
+    scope = django_filters.ChoiceFilter(choices=_scope_choices, empty_label="any scope")
+    lease = django_filters.ChoiceFilter(
+        method="filter_lease",
+        label="Lease",
+        choices=[("lapsed", "lapsed, awaiting sweep"), ("held", "held")],
+        empty_label="any lease",
+    )
+    worker = django_filters.CharFilter(field_name="worker_id", label="Worker")
+    mission = django_filters.CharFilter(field_name="mission_id", label="Mission")
+    created_after = django_filters.DateTimeFilter(
+        field_name="created_at",
+        lookup_expr="gte",
+        label="Created from",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    created_before = django_filters.DateTimeFilter(
+        field_name="created_at",
+        lookup_expr="lt",
+        label="Created before",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+    class Meta:
+        model = Job
+        fields: list[str] = []
+
+    def filter_lease(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        # Both use the partial lease index (held states only).
+        if value == "lapsed":
+            return queryset.lapsed(transitions.db_now())
+        if value == "held":
+            return queryset.held()
+        return queryset
+
+    def filter_search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        return search_jobs(queryset, value)

@@ -1,0 +1,70 @@
+"""The job list table: sortable only on indexed columns, paginated without COUNT(*)."""
+
+from __future__ import annotations
+
+import django_tables2 as tables
+from django.urls import reverse
+from django.utils.html import format_html
+
+from inbox.models import Job
+from inbox.selectors import expiry_behaviour
+
+
+class JobTable(tables.Table):
+    select = tables.CheckBoxColumn(
+        accessor="job_id",
+        attrs={
+            "input": {"name": "job_ids", "form": "bulk-form", "aria-label": "select job"},
+            "th__input": {"data-select-all": "job-table", "aria-label": "select all rows"},
+        },
+        orderable=False,
+    )
+    job_id = tables.Column(verbose_name="Job", order_by=("job_id",))
+    state = tables.Column(order_by=("state", "created_at", "job_id"))
+    job_type = tables.Column(verbose_name="Type", orderable=False)
+    object_id = tables.Column(verbose_name="Object", orderable=False)
+    mission_id = tables.Column(verbose_name="Mission", orderable=False)
+    worker_id = tables.Column(verbose_name="Worker", orderable=False, default="—")
+    attempt_count = tables.Column(verbose_name="Tries", orderable=False)
+    on_expiry = tables.Column(
+        verbose_name="On lease expiry", accessor="job_type", orderable=False, empty_values=()
+    )
+    created_at = tables.DateTimeColumn(
+        verbose_name="Created", format="Y-m-d H:i:s", order_by=("created_at", "job_id")
+    )
+    updated_at = tables.DateTimeColumn(
+        verbose_name="Updated", format="Y-m-d H:i:s", order_by=("updated_at", "job_id")
+    )
+
+    class Meta:
+        model = Job
+        fields = ()
+        sequence = (
+            "select",
+            "job_id",
+            "state",
+            "job_type",
+            "object_id",
+            "mission_id",
+            "worker_id",
+            "attempt_count",
+            "on_expiry",
+            "created_at",
+            "updated_at",
+        )
+        order_by_field = "sort"
+        template_name = "components/table.html"
+        attrs = {"class": "jobs"}
+        empty_text = "No job matches these filters."
+
+    def render_job_id(self, value: str) -> str:
+        url = reverse("inbox:job_detail", args=[value])
+        return format_html('<a class="mono" href="{}" hx-boost="false">{}</a>', url, value)
+
+    def render_state(self, record: Job) -> str:
+        return format_html('<span class="state state-{}">{}</span>', record.state, record.state)
+
+    def render_on_expiry(self, value: str) -> str:
+        text = expiry_behaviour(value)
+        css = "muted" if text == "retried" else "warn"
+        return format_html('<span class="{}">{}</span>', css, text)

@@ -1,0 +1,366 @@
+"""The console's job pages: the jobs list, job detail, lease fragment and the job actions.
+
+Views parse input, call one selector or service, and render; they never assign job state.
+HTMX requests get only their region (``"page.html#region"``); others the full page.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import render
+from django.urls import reverse
+from django_htmx.http import trigger_client_event
+from django_tables2 import RequestConfig
+from django_tables2.paginators import LazyPaginator
+
+from console.policy import ActionContext, action, page
+from console.tables import label_page
+from inbox import transitions
+from inbox.errors import InboxError
+from inbox.filters import JobFilter
+from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
+from inbox.models import HELD_STATES, Job, JobState
+from inbox.selectors import (
+    BULK_LIMIT_MAX,
+    allowed_actions,
+    attempts_from_trail,
+    expiry_behaviour,
+    job_trail,
+)
+from inbox.tables import JobTable
+
+PER_PAGE = 50
+# Events drawn in red on the trail: refusals and rejected writes.
+REFUSAL_EVENTS = {"REJECTED", "STALE_WRITE_REJECTED", "FINGERPRINT_DRIFT", "FAILED"}
+# Payload keys hidden from users without inbox.view_payload (the object's content).
+REDACTED_KEYS = ("content",)
+FILTER_FIELDS = tuple(JobFilter.base_filters)
+
+
+def _region(request: HttpRequest, allowed: tuple[str, ...]) -> str | None:
+    """The region an HTMX request targets, if it is one of this page's regions."""
+    if not request.htmx:
+        return None
+    target = request.htmx.target or ""
+    return target if target in allowed else allowed[0]
+
+
+# --- jobs list --------------------------------------------------------------------------------
+
+
+@page(permission="inbox.view_job")
+def job_list(request: HttpRequest) -> HttpResponse:
+    """Filter, search, sort and page jobs; HTMX swaps only the table."""
+    job_filter = JobFilter(request.GET or None, queryset=Job.objects.all())
+    qs = job_filter.qs if job_filter.is_bound else Job.objects.all()
+    table = JobTable(qs, order_by=request.GET.get("sort") or "-created_at")
+    RequestConfig(
+        request, paginate={"per_page": PER_PAGE, "paginator_class": LazyPaginator}
+    ).configure(table)
+    label_page(table, qs)
+    context = {
+        "filter": job_filter,
+        "table": table,
+        "filter_snapshot": _filter_snapshot(request.GET),
+        "sort": request.GET.get("sort", ""),
+        "bulk_limit": BULK_LIMIT_MAX,
+        "can_retry": request.user.has_perm("inbox.retry_job"),
+        "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
+    }
+    template = "inbox/job_list.html" + ("#job-table" if request.htmx else "")
+    return render(request, template, context)
+
+
+def _filter_snapshot(params: QueryDict) -> list[tuple[str, str]]:
+    """The filter values a bulk "all matching" action re-applies (only known filter names)."""
+    return [(name, params.get(name, "")) for name in FILTER_FIELDS if params.get(name)]
+
+
+# --- job detail -------------------------------------------------------------------------------
+
+
+def _load_job(job_id: str) -> Job:
+    job = Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        raise Http404(f"no job {job_id!r}")
+    return job
+
+
+def _redacted_payload(payload: dict[str, Any], *, can_view: bool) -> str:
+    shown = dict(payload or {})
+    if not can_view:
+        for key in REDACTED_KEYS:
+            if key in shown:
+                shown[key] = "[redacted: needs the view_payload permission]"
+    return json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _fingerprint_status(job: Job) -> tuple[str, str]:
+    if not job.fingerprint:
+        return ("not sealed yet (sealed when the job becomes READY)", "muted")
+    if transitions.fingerprint_ok(job):
+        return ("sealed, intact", "ok")
+    return ("DRIFT: immutable fields changed since sealing; transitions are refused", "bad")
+
+
+def _immutable_fields(job: Job) -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = [(name, getattr(job, name)) for name in IMMUTABLE_COLUMNS]
+    payload = job.payload or {}
+    rows += [(name, payload[name]) for name in IMMUTABLE_PAYLOAD_FIELDS if name in payload]
+    return rows
+
+
+def _detail_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    now = transitions.db_now()
+    trail = job_trail(job.job_id)
+    fp_text, fp_css = _fingerprint_status(job)
+    return {
+        "job": job,
+        "now": now,
+        "held": job.state in HELD_STATES,
+        "trail": trail,
+        "attempts": attempts_from_trail(trail),
+        "refusals": REFUSAL_EVENTS,
+        "payload_json": _redacted_payload(
+            job.payload, can_view=request.user.has_perm("inbox.view_payload")
+        ),
+        "can_view_payload": request.user.has_perm("inbox.view_payload"),
+        "fingerprint_text": fp_text,
+        "fingerprint_css": fp_css,
+        "immutable": _immutable_fields(job),
+        "on_expiry": expiry_behaviour(job.job_type),
+        "actions": allowed_actions(job),
+        "can_retry": request.user.has_perm("inbox.retry_job"),
+    }
+
+
+DETAIL_REGIONS = ("job-summary", "job-trail", "job-actions")
+
+
+@page(permission="inbox.view_job")
+def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    """Identity, immutable fields, payload, lease, attempts, trail and the allowed actions."""
+    job = _load_job(job_id)
+    region = _region(request, DETAIL_REGIONS)
+    template = "inbox/job_detail.html" + (f"#{region}" if region else "")
+    return render(request, template, _detail_context(request, job))
+
+
+@page(permission="inbox.view_job")
+def job_lease(request: HttpRequest, job_id: str) -> HttpResponse:
+    """The lease countdown fragment (re-rendered from the database clock while polling)."""
+    job = _load_job(job_id)
+    context = {"job": job, "now": transitions.db_now(), "held": job.state in HELD_STATES}
+    return render(request, "inbox/job_lease.html", context)
+
+
+# --- job actions ------------------------------------------------------------------------------
+
+
+def _render_job_actions(request: HttpRequest, job_id: str, act: ActionContext) -> HttpResponse:
+    job = _load_job(job_id)
+    context = {**_detail_context(request, job), "act": act}
+    response = render(request, "inbox/job_detail.html#job-actions", context)
+    if act.should_act and act.status == 200:
+        # The trail and summary refresh themselves on this event.
+        trigger_client_event(response, "job-changed")
+    return response
+
+
+@action(permission="inbox.retry_job", region="job-actions", needs_reason=True)
+def job_retry(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpResponse:
+    """FAILED → READY by an operator, with the reason in the audit event."""
+    act.perform(
+        lambda: transitions.retry_job(job_id, actor=act.actor, reason=act.reason),
+        done="Retried: the job is READY again.",
+    )
+    return _render_job_actions(request, job_id, act)
+
+
+# --- bulk actions -----------------------------------------------------------------------------
+
+
+@dataclass
+class BulkSelection:
+    """The rows one bulk action would touch, and the ones it would skip."""
+
+    mode: str
+    limit: int
+    eligible: list[Job] = field(default_factory=list)
+    skipped: list[tuple[Job, str]] = field(default_factory=list)
+    more: bool = False
+    missing: list[str] = field(default_factory=list)
+
+
+def _bulk_limit(params: QueryDict) -> int:
+    try:
+        limit = int(params.get("limit") or 100)
+    except ValueError:
+        limit = 100
+    return max(1, min(limit, BULK_LIMIT_MAX))
+
+
+def _bulk_select(params: QueryDict, *, eligible_state: str) -> BulkSelection:
+    """Selected rows (``job_ids``) or every row matching the filter, up to the limit."""
+    mode = "matching" if params.get("mode") == "matching" else "selected"
+    limit = _bulk_limit(params)
+    selection = BulkSelection(mode=mode, limit=limit)
+    if mode == "selected":
+        ids = list(dict.fromkeys(params.getlist("job_ids")))[: BULK_LIMIT_MAX * 2]
+        jobs = {job.job_id: job for job in Job.objects.filter(job_id__in=ids)}
+        selection.missing = [job_id for job_id in ids if job_id not in jobs]
+        for job_id in ids:
+            job = jobs.get(job_id)
+            if job is None:
+                continue
+            if job.state != eligible_state:
+                selection.skipped.append((job, f"is {job.state}, not {eligible_state}"))
+            elif len(selection.eligible) < limit:
+                selection.eligible.append(job)
+            else:
+                selection.more = True
+        return selection
+    job_filter = JobFilter(params, queryset=Job.objects.all())
+    qs = job_filter.qs.filter(state=eligible_state).order_by("created_at", "job_id")
+    rows = list(qs[: limit + 1])
+    selection.eligible = rows[:limit]
+    selection.more = len(rows) > limit
+    return selection
+
+
+def _bulk_context(request: HttpRequest, params: QueryDict) -> dict[str, Any]:
+    return {
+        "retry": _bulk_select(params, eligible_state=JobState.FAILED),
+        "reconcile": _reconcile_preview(params),
+        "can_retry": request.user.has_perm("inbox.retry_job"),
+        "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
+    }
+
+
+def _reconcile_preview(params: QueryDict) -> BulkSelection:
+    """OUTCOME_UNKNOWN rows of the selection whose evidence is unambiguous (object absent).
+
+    The probe is read-only; a present object (not applied, or a conflict) needs a person on
+    the reconcile page, so those rows are listed as skipped with the reason.
+    """
+    from inbox import reconcile, vault
+
+    candidates = _bulk_select(params, eligible_state=JobState.OUTCOME_UNKNOWN)
+    selection = BulkSelection(
+        mode=candidates.mode,
+        limit=candidates.limit,
+        skipped=list(candidates.skipped),
+        more=candidates.more,
+        missing=candidates.missing,
+    )
+    for job in candidates.eligible:
+        if job.job_type not in reconcile.PROBED_TYPES:
+            selection.skipped.append((job, f"no vault probe for {job.job_type}"))
+            continue
+        try:
+            evidence = reconcile.probe_job(job)
+        except vault.VaultError as exc:
+            selection.skipped.append((job, f"probe refused: {exc}"))
+            continue
+        if evidence.present:
+            why = "object present with the expected hash (not applied)"
+            if not evidence.matches:
+                why = "object present with another hash (conflict)"
+            selection.skipped.append((job, why + ": decide on the reconcile page"))
+        else:
+            selection.eligible.append(job)
+    return selection
+
+
+@page(permission="inbox.view_job")
+def bulk_preview(request: HttpRequest) -> HttpResponse:
+    """Which rows a bulk action would touch (read only)."""
+    template = "inbox/bulk_preview.html" + ("#bulk-preview" if request.htmx else "")
+    return render(request, template, _bulk_context(request, request.GET))
+
+
+@action(permission="inbox.retry_job", region="bulk-result", needs_reason=True)
+def bulk_retry(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
+    """Retry every eligible FAILED row of the selection (or filter), up to the limit."""
+    selection = _bulk_select(request.POST, eligible_state=JobState.FAILED)
+    outcome: dict[str, list[str]] = {"done": [], "refused": []}
+
+    def retry_all() -> dict[str, list[str]]:
+        for job in selection.eligible:
+            try:
+                transitions.retry_job(job.job_id, actor=act.actor, reason=act.reason)
+            except InboxError as exc:
+                # Lost a race (someone else retried it first): report it, keep going.
+                outcome["refused"].append(f"{job.job_id}: {exc}")
+            else:
+                outcome["done"].append(job.job_id)
+        return outcome
+
+    _apply_bulk(act, selection, retry_all, outcome, verb="Retried", noun="FAILED")
+    return _bulk_result(request, act, outcome)
+
+
+def _apply_bulk(
+    act: ActionContext,
+    selection: BulkSelection,
+    run: Any,
+    outcome: dict[str, list[str]],
+    *,
+    verb: str,
+    noun: str,
+) -> None:
+    if not act.should_act:
+        return
+    if not selection.eligible:
+        act.refuse(f"Nothing to do: no {noun} job in the selection.")
+        return
+    act.perform(run, done="")
+    if act.status == 200:
+        refused = f"; {len(outcome['refused'])} refused" if outcome["refused"] else ""
+        act.message = act.outcome = f"{verb} {len(outcome['done'])} job(s){refused}."
+
+
+def _bulk_result(
+    request: HttpRequest, act: ActionContext, outcome: dict[str, list[str]]
+) -> HttpResponse:
+    if request.htmx:
+        response = render(
+            request, "inbox/bulk_preview.html#bulk-result", {"act": act, "outcome": outcome}
+        )
+    else:
+        context = {**_bulk_context(request, request.POST), "act": act, "outcome": outcome}
+        response = render(request, "inbox/bulk_preview.html", context)
+    if act.should_act and outcome["done"]:
+        trigger_client_event(response, "jobs-changed")
+    return response
+
+
+@action(permission="inbox.reconcile_job", region="bulk-result", needs_reason=True)
+def bulk_reconcile(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
+    """Reconcile (CONFIRMED_DELETED) the selected unknowns whose object is absent."""
+    from inbox import reconcile
+
+    selection = _reconcile_preview(request.POST)
+    outcome: dict[str, list[str]] = {"done": [], "refused": []}
+
+    def reconcile_all() -> dict[str, list[str]]:
+        for job in selection.eligible:
+            try:
+                # Re-probes and refuses if the object reappeared since the preview.
+                reconcile.confirm_deleted(job.job_id, actor=act.actor, reason=act.reason)
+            except InboxError as exc:
+                outcome["refused"].append(f"{job.job_id}: {exc}")
+            else:
+                outcome["done"].append(job.job_id)
+        return outcome
+
+    _apply_bulk(act, selection, reconcile_all, outcome, verb="Reconciled", noun="unambiguous")
+    return _bulk_result(request, act, outcome)
+
+
+def job_url(job_id: str) -> str:
+    return reverse("inbox:job_detail", args=[job_id])
