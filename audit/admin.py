@@ -12,6 +12,8 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_filter = ("event_type",)
     search_fields = ("=job_id", "=run_id", "=actor")
     show_full_result_count = False
+    # Facet counts ("Show counts") are a full-table COUNT per filter value on every page.
+    show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
     list_per_page = 50
 

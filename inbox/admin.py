@@ -66,6 +66,8 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ("=job_id", "=object_id", "=idempotency_key", "=mission_id")
     ordering = ("-created_at", "job_id")
     show_full_result_count = False
+    # Facet counts ("Show counts") are a full-table COUNT per filter value on every page.
+    show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
     list_per_page = 50
     actions = [retry_failed, reject_created]

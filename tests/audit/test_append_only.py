@@ -8,6 +8,7 @@ import sqlite3
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from audit.events import record_event
@@ -161,3 +162,19 @@ def test_admin_audit_delete_selected_action_is_not_available(superuser_client, e
     )
     assert response.status_code == 200
     assert _table() == before
+
+
+def test_admin_audit_changelist_with_facets_runs_no_unbounded_count(superuser_client, event):
+    with CaptureQueriesContext(connection) as captured:
+        response = superuser_client.get(
+            reverse("admin:audit_auditevent_changelist"), {"_facets": "1"}
+        )
+    assert response.status_code == 200
+    unbounded = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "audit_auditevent" in q["sql"]
+        and "COUNT(" in q["sql"].upper()
+        and "LIMIT" not in q["sql"].upper()
+    ]
+    assert unbounded == []
