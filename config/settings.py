@@ -30,7 +30,12 @@ def _env_list(name: str, default: str = "") -> list[str]:
 
 
 if PRODUCTION:
-    missing = [n for n in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS") if not os.environ.get(n)]
+    # A blank value (" ", ",") is as missing as an absent one: no key, no host to serve.
+    missing = [
+        n
+        for n in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS")
+        if not os.environ.get(n, "").replace(",", "").strip()
+    ]
     if missing:
         raise ImproperlyConfigured(
             "CONSOLE_ENV=production needs " + " and ".join(missing) + " in the environment."
