@@ -52,6 +52,9 @@ class AuditEventTable(tables.Table):
         attrs = {"class": "audit"}
         empty_text = "No event matches these filters."
 
+    def render_event_type(self, record: AuditEvent) -> str:
+        return format_html("<strong>{}</strong>", record.event_type)
+
     def render_subject(self, record: AuditEvent) -> str:
         url = subject_url(record)
         if not url:

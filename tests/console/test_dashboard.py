@@ -1,0 +1,96 @@
+"""The dashboard: counts by state, alert tiles, throughput chart, active runs; bounded cost."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from inbox import selectors, transitions
+from inbox.models import JobState, ScopePause, Worker
+from tests.console.pagekit import hx, login
+from tests.factories import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def viewer(client: Client):
+    return login(client, "look", "viewer")
+
+
+def test_state_counts_one_query_and_capped(django_assert_num_queries, monkeypatch) -> None:
+    monkeypatch.setattr(selectors, "COUNT_CAP", 2)
+    for _ in range(4):
+        make_job("noop")
+    make_job("save", state=JobState.FAILED)
+    with django_assert_num_queries(1):
+        counts = dict(selectors.state_counts())
+    assert counts["READY"] == 3  # capped at COUNT_CAP + 1: shown as "2+"
+    assert counts["FAILED"] == 1
+    assert counts["RECONCILED"] == 0
+    assert selectors.count_label(counts["READY"]) == "2+"
+
+
+def test_dashboard_counts_link_to_filtered_list(client, viewer) -> None:
+    make_job("save", state=JobState.FAILED)
+    html = client.get(reverse("home"), headers=hx("dashboard-counts")).content.decode()
+    assert 'href="/jobs/?state=FAILED"' in html
+    assert re.search(
+        r'<span class="n">1</span><span class="k"><span class="state state-FAILED"', html
+    )
+
+
+def test_dashboard_alerts_count_each_condition(client, viewer) -> None:
+    now = transitions.db_now()
+    make_job("delete", state=JobState.OUTCOME_UNKNOWN)
+    make_job("save", state=JobState.CLAIMED, at=now - dt.timedelta(seconds=120))
+    make_job("delete", state=JobState.CREATED)
+    ScopePause.objects.create(scope="delete", paused=True, changed_by="ops", reason="maint")
+    Worker.objects.create(
+        worker_id="w-dead", kind="executor", host="h", pid=1, poll_seconds=1, lease_seconds=5
+    )
+    Worker.objects.filter(worker_id="w-dead").update(last_seen_at=now - dt.timedelta(hours=1))
+    alerts = selectors.dashboard_alerts(transitions.db_now())
+    assert (alerts.unknown, alerts.lapsed, alerts.pending_approvals) == (1, 1, 1)
+    assert alerts.dead_workers == 1
+    assert alerts.paused_scopes == ["delete"]
+    html = client.get(reverse("home"), headers=hx("dashboard-alerts")).content.decode()
+    assert 'href="/jobs/?lease=lapsed"' in html
+    assert "Paused scopes: delete" in html
+
+
+def test_throughput_buckets_finished_jobs_by_minute(client, viewer) -> None:
+    now = transitions.db_now()
+    make_job("save", state=JobState.SUCCEEDED, at=now - dt.timedelta(minutes=10))
+    make_job("save", state=JobState.FAILED, at=now - dt.timedelta(minutes=10))
+    make_job("save", state=JobState.SUCCEEDED, at=now - dt.timedelta(hours=2))
+    points = selectors.throughput_per_minute(now)
+    assert len(points) == 60
+    assert sum(n for _, n in points) == 2
+    label = (now - dt.timedelta(minutes=10)).strftime("%H:%M")
+    assert dict(points)[label] == 2
+    html = client.get(reverse("home"), headers=hx("dashboard-throughput")).content.decode()
+    assert html.count("<rect ") == 60
+    assert f"<title>{label}: 2</title>" in html
+
+
+def test_throughput_is_one_query(django_assert_num_queries) -> None:
+    now = transitions.db_now()
+    with django_assert_num_queries(1):
+        selectors.throughput_per_minute(now)
+
+
+def test_dashboard_full_page_bounded_queries(client, viewer, django_assert_max_num_queries) -> None:
+    make_job("save", state=JobState.FAILED)
+    with django_assert_max_num_queries(14):
+        response = client.get(reverse("home"))
+    assert response.status_code == 200
+
+
+def test_dashboard_requires_login(client) -> None:
+    response = client.get(reverse("home"))
+    assert response.status_code == 302
