@@ -1,0 +1,50 @@
+"""SIGTERM mid-batch: the job in hand finishes, the rest of the batch is handed back, exit 0."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from inbox.models import JobState
+from tests.executors.support import event_counts, output_of, seed, start_executor, wait_for
+from tests.factories import noop_doc
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def slow_db(proc_db):
+    proc_db.extra_env.update(
+        DJANGO_SETTINGS_MODULE="tests.executors.slow_settings",
+        SLOW_HANDLER_SECONDS="0.5",
+        SLOW_HANDLER_MARKER=str(proc_db.workdir / "started.txt"),
+    )
+    return proc_db
+
+
+def test_sigterm_mid_batch_leaves_nothing_held_and_exits_zero(slow_db):
+    seed(slow_db, [noop_doc(job_type="SLOW_NOOP") for _ in range(30)])
+    marker = slow_db.workdir / "started.txt"
+    proc = start_executor(
+        slow_db, "slow", "--batch", "10", "--worker-id", "graceful-1", log_dir=slow_db.workdir
+    )
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, output_of(proc)
+
+    held = slow_db.scalar(
+        "SELECT COUNT(*) FROM inbox_job WHERE state IN ('CLAIMED', 'EXECUTING')"
+        " OR worker_id = 'graceful-1' AND state NOT IN ('SUCCEEDED')"
+    )
+    assert held == 0
+    counts = dict(slow_db.query("SELECT state, COUNT(*) FROM inbox_job GROUP BY state"))
+    started = len(marker.read_text().split())
+    # Every job the handler began finished; the claimed rest of the batch went back to READY.
+    assert counts[JobState.SUCCEEDED] == started
+    assert counts[JobState.READY] == 30 - started
+    assert sum(event_counts(slow_db, "RELEASED").values()) == 10 - started
+    assert slow_db.scalar("SELECT status FROM inbox_worker WHERE worker_id = 'graceful-1'") == (
+        "stopped"
+    )
+    assert "SIGTERM" in output_of(proc)
