@@ -183,3 +183,25 @@ def test_enqueue_reads_stdin_in_a_real_process(proc_db):
     assert "line 3: refused: the job must be a JSON object, got list" in proc.stderr
     assert proc_db.scalar("SELECT COUNT(*) FROM inbox_job") == 1
     assert proc_db.scalar("SELECT COUNT(*) FROM audit_auditevent") == 2
+
+
+def test_enqueue_undecodable_and_too_deep_lines_are_refused_not_fatal(tmp_path):
+    good = save_doc()
+    path = tmp_path / "jobs.jsonl"
+    path.write_bytes(
+        b'{"job_id": "caf\xe9"}\n'  # Latin-1, not UTF-8
+        + b"[" * 100_000
+        + b"\n"
+        + json.dumps(good).encode()
+        + b"\n"
+    )
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as info:
+        call_command("enqueue", str(path), stdout=out, stderr=err)
+    assert info.value.code == 1
+    assert out.getvalue().strip() == "created 1, replayed 0, refused 2"
+    assert err.getvalue().splitlines() == [
+        "line 1: refused: not valid UTF-8 at byte 16",
+        "line 2: refused: not valid JSON: nested too deeply",
+    ]
+    assert list(Job.objects.values_list("job_id", flat=True)) == [good["job_id"]]

@@ -31,19 +31,28 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         path = options["file"]
         try:
-            stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+            # Bytes, decoded line by line: one undecodable line is refused, not fatal.
+            stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
         created = replayed = 0
         refusals: list[tuple[int, list[str]]] = []
         with stream:
-            for lineno, line in enumerate(stream, start=1):
+            for lineno, raw in enumerate(stream, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    refusals.append((lineno, [f"not valid UTF-8 at byte {exc.start + 1}"]))
+                    continue
                 if not line.strip():
                     continue
                 try:
                     data = json.loads(line)
                 except json.JSONDecodeError as exc:
                     refusals.append((lineno, [f"not valid JSON: {exc.msg} at column {exc.colno}"]))
+                    continue
+                except RecursionError:
+                    refusals.append((lineno, ["not valid JSON: nested too deeply"]))
                     continue
                 try:
                     _job, was_created = create_job(data, requested_by=options["requested_by"])
