@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 import django_tables2 as tables
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from audit.models import AuditEvent
 
 DETAIL_PREVIEW = 160
+# Columns a 390 px phone drops.
+NARROW_HIDDEN = {"th": {"class": "hide-narrow"}, "td": {"class": "hide-narrow"}}
 
 
 def subject_url(event: AuditEvent) -> str:
@@ -18,7 +21,13 @@ def subject_url(event: AuditEvent) -> str:
     if event.job_id:
         return reverse("inbox:job_detail", args=[event.job_id])
     if event.run_id:
-        return f"/runs/{event.run_id}/"
+        # Runs are shown per store on the runs page.
+        try:
+            url = reverse("runs")
+        except NoReverseMatch:
+            url = "/runs/"
+        store = (event.detail or {}).get("store") if isinstance(event.detail, dict) else None
+        return f"{url}?{urlencode({'store': store})}" if store else url
     return ""
 
 
@@ -33,8 +42,8 @@ class AuditEventTable(tables.Table):
     event_type = tables.Column(verbose_name="Type", orderable=False)
     actor = tables.Column(orderable=False)
     subject = tables.Column(accessor="event_id", orderable=False, empty_values=())
-    result_code = tables.Column(verbose_name="Result", orderable=False)
-    detail = tables.Column(orderable=False, empty_values=())
+    result_code = tables.Column(verbose_name="Result", orderable=False, attrs=NARROW_HIDDEN)
+    detail = tables.Column(orderable=False, empty_values=(), attrs=NARROW_HIDDEN)
 
     class Meta:
         model = AuditEvent

@@ -9,6 +9,9 @@ from django.utils.html import format_html
 from inbox.models import Job
 from inbox.selectors import expiry_behaviour
 
+# Columns a 390 px phone drops (the detail page has them all).
+NARROW_HIDDEN = {"th": {"class": "hide-narrow"}, "td": {"class": "hide-narrow"}}
+
 
 class JobTable(tables.Table):
     select = tables.CheckBoxColumn(
@@ -22,10 +25,12 @@ class JobTable(tables.Table):
     job_id = tables.Column(verbose_name="Job", order_by=("job_id",))
     state = tables.Column(order_by=("state", "created_at", "job_id"))
     job_type = tables.Column(verbose_name="Type", orderable=False)
-    object_id = tables.Column(verbose_name="Object", orderable=False)
-    mission_id = tables.Column(verbose_name="Mission", orderable=False)
-    worker_id = tables.Column(verbose_name="Worker", orderable=False, default="—")
-    attempt_count = tables.Column(verbose_name="Tries", orderable=False)
+    object_id = tables.Column(verbose_name="Object", orderable=False, attrs=NARROW_HIDDEN)
+    mission_id = tables.Column(verbose_name="Mission", orderable=False, attrs=NARROW_HIDDEN)
+    worker_id = tables.Column(
+        verbose_name="Worker", orderable=False, attrs=NARROW_HIDDEN, default="—"
+    )
+    attempt_count = tables.Column(verbose_name="Tries", orderable=False, attrs=NARROW_HIDDEN)
     on_expiry = tables.Column(
         verbose_name="On lease expiry", accessor="job_type", orderable=False, empty_values=()
     )
@@ -33,7 +38,10 @@ class JobTable(tables.Table):
         verbose_name="Created", format="Y-m-d H:i:s", order_by=("created_at", "job_id")
     )
     updated_at = tables.DateTimeColumn(
-        verbose_name="Updated", format="Y-m-d H:i:s", order_by=("updated_at", "job_id")
+        verbose_name="Updated",
+        format="Y-m-d H:i:s",
+        order_by=("updated_at", "job_id"),
+        attrs=NARROW_HIDDEN,
     )
 
     class Meta:

@@ -39,6 +39,8 @@ REFUSAL_EVENTS = {"REJECTED", "STALE_WRITE_REJECTED", "FINGERPRINT_DRIFT", "FAIL
 # Payload keys hidden from users without inbox.view_payload (the object's content).
 REDACTED_KEYS = ("content",)
 FILTER_FIELDS = tuple(JobFilter.base_filters)
+# Always visible; the rest sit under "More filters" (opened when one of them is set).
+MAIN_FILTERS = ("q", "state", "job_type")
 
 
 def _region(request: HttpRequest, allowed: tuple[str, ...]) -> str | None:
@@ -67,6 +69,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "table": table,
         "filter_snapshot": _filter_snapshot(request.GET),
         "sort": request.GET.get("sort", ""),
+        "more_filters": any(
+            request.GET.get(name) for name in FILTER_FIELDS if name not in MAIN_FILTERS
+        ),
         "bulk_limit": BULK_LIMIT_MAX,
         "can_retry": request.user.has_perm("inbox.retry_job"),
         "can_reconcile": request.user.has_perm("inbox.reconcile_job"),

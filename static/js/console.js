@@ -108,6 +108,18 @@
     });
   });
 
+  // --- filter forms: leave empty fields out of the request, so the pushed URL stays short ---
+  document.addEventListener("htmx:configRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (!elt || !elt.closest || !elt.closest("[data-drop-empty]")) return;
+    var params = event.detail.parameters;
+    var empty = [];
+    if (params && typeof params.entries === "function") {
+      for (var pair of params.entries()) if (pair[1] === "") empty.push(pair[0]);
+      empty.forEach(function (name) { params.delete(name); });
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", tickLeases);
   document.body && document.body.addEventListener("htmx:afterSwap", tickLeases);
 })();
