@@ -1,0 +1,185 @@
+"""Our side of the throughput and memory benchmarks, run as a subprocess per step.
+
+It runs inside the project (``config.settings``, ``DATABASE_URL`` from the environment) and
+prints one JSON object per call, so the orchestrator can drive PostgreSQL and SQLite from one
+process. Subcommands:
+
+- ``enqueue``: create N NOOP jobs through ``inbox.transitions.create_job`` (the measured path),
+  one commit per job or one transaction for all.
+- ``load``: bulk-insert N READY NOOP jobs with their REQUESTED and READY events (setup for the
+  drain rounds; the same rows ``create_job`` writes, without the per-job cost).
+- ``span``: read back a round from the database: first claim, last completion, audit events.
+- ``work``: the fallback drain loop (claim_next_jobs → begin_job → complete_job in one process),
+  used only when ``manage.py run_executor`` is not available; results say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection, transaction  # noqa: E402
+from django.db.models import Count, Max, Min  # noqa: E402
+
+from audit.events import Event, record_events  # noqa: E402
+from audit.models import AuditEvent, EventType  # noqa: E402
+from inbox.models import Job, JobState  # noqa: E402
+from inbox.transitions import create_job, fingerprint_of  # noqa: E402
+
+
+def noop_document(mission: str, i: int) -> dict[str, Any]:
+    """A valid NOOP job document (DESIGN §1.8)."""
+    return {
+        "job_id": f"{mission}-{i:07d}",
+        "job_version": 1,
+        "mission_id": mission,
+        "job_type": "NOOP",
+        "object_id": f"obj-{i}",
+        "vault_path": f"noop/{mission}/{i}",
+        "idempotency_key": f"noop:{mission}:{i}",
+    }
+
+
+def enqueue(n: int, mission: str, mode: str) -> dict[str, Any]:
+    docs = [noop_document(mission, i) for i in range(n)]
+    start = time.perf_counter()
+    if mode == "one-tx":
+        with transaction.atomic():
+            for doc in docs:
+                create_job(doc, requested_by="bench")
+    else:
+        for doc in docs:
+            create_job(doc, requested_by="bench")
+    seconds = time.perf_counter() - start
+    return {"jobs": n, "seconds": seconds, "per_s": n / seconds}
+
+
+def load(n: int, mission: str, batch: int = 2000) -> dict[str, Any]:
+    start = time.perf_counter()
+    for offset in range(0, n, batch):
+        jobs, events = [], []
+        for i in range(offset, min(n, offset + batch)):
+            doc = noop_document(mission, i)
+            job = Job(
+                job_id=doc["job_id"],
+                job_version=1,
+                mission_id=mission,
+                job_type="NOOP",
+                scope="noop",
+                object_id=doc["object_id"],
+                vault_path=doc["vault_path"],
+                payload=doc,
+                idempotency_key=doc["idempotency_key"],
+                requested_by="bench",
+                state=JobState.READY,
+            )
+            job.fingerprint = fingerprint_of(job)
+            jobs.append(job)
+            events.append(
+                Event(
+                    EventType.REQUESTED,
+                    "bench",
+                    job_id=job.job_id,
+                    detail={"job_type": "NOOP", "object_id": job.object_id, "to": "CREATED"},
+                )
+            )
+            events.append(
+                Event(
+                    EventType.READY,
+                    "bench",
+                    job_id=job.job_id,
+                    detail={"from": "CREATED", "to": "READY", "fingerprint": job.fingerprint},
+                )
+            )
+        with transaction.atomic():
+            Job.objects.bulk_create(jobs)
+            record_events(events)
+    return {"jobs": n, "seconds": time.perf_counter() - start}
+
+
+def span(mission: str) -> dict[str, Any]:
+    jobs = Job.objects.filter(mission_id=mission)
+    agg = jobs.filter(state=JobState.SUCCEEDED).aggregate(
+        n=Count("job_id"), first=Min("claimed_at"), last=Max("updated_at")
+    )
+    states = dict(jobs.values_list("state").annotate(c=Count("job_id")).values_list("state", "c"))
+    # Events of this round's jobs, by type (the audit trail each job got).
+    prefix = f"{mission}-"
+    by_type = dict(
+        AuditEvent.objects.filter(job_id__startswith=prefix)
+        .values_list("event_type")
+        .annotate(c=Count("event_id"))
+        .values_list("event_type", "c")
+    )
+    seconds = (agg["last"] - agg["first"]).total_seconds() if agg["n"] else float("nan")
+    return {
+        "succeeded": agg["n"],
+        "states": states,
+        "span_s": seconds,
+        "events": by_type,
+    }
+
+
+def work(scope: str, batch: int, lease: int) -> dict[str, Any]:
+    """Fallback drain loop through the public transitions (no executor command)."""
+    from inbox.transitions import begin_job, claim_next_jobs, complete_job
+
+    worker_id = f"bench-direct-{os.getpid()}"
+    done = 0
+    while True:
+        jobs = claim_next_jobs(scope=scope, worker_id=worker_id, lease_seconds=lease, limit=batch)
+        if not jobs:
+            break
+        for job in jobs:
+            begin_job(job.job_id, claim_id=job.claim_id, actor=worker_id)
+            complete_job(job.job_id, claim_id=job.claim_id, actor=worker_id)
+            done += 1
+    return {"done": done}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("enqueue", help="create N NOOP jobs through create_job (measured)")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--mission", required=True)
+    p.add_argument("--mode", choices=["per-commit", "one-tx"], default="per-commit")
+    p = sub.add_parser("load", help="bulk-insert N READY NOOP jobs (setup)")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--mission", required=True)
+    p = sub.add_parser("span", help="read a round's figures back from the database")
+    p.add_argument("--mission", required=True)
+    p = sub.add_parser("work", help="fallback drain loop through the transitions")
+    p.add_argument("--scope", default="noop")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--lease", type=int, default=60)
+    p = sub.add_parser("vendor", help="print the database vendor")
+    args = parser.parse_args()
+    if args.cmd == "enqueue":
+        out = enqueue(args.n, args.mission, args.mode)
+    elif args.cmd == "load":
+        out = load(args.n, args.mission)
+    elif args.cmd == "span":
+        out = span(args.mission)
+    elif args.cmd == "work":
+        out = work(args.scope, args.batch, args.lease)
+    else:
+        out = {"vendor": connection.vendor}
+    print(json.dumps(out, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Run every benchmark with small defaults (`make bench`): a few minutes on a 2-core machine.
+
+Each benchmark prints its table and writes bench/results/<name>-<timestamp>.md. The full-size
+runs are the scripts' own defaults (see bench/README.md); this runner only shrinks them:
+
+    throughput  --jobs 800 (K = 1, 2, 4; 3 repeats; PostgreSQL and SQLite; peers included)
+    console     --jobs 20000 --events 60000 (30 requests per page)
+    memory      --jobs 10000 (RSS after 1,000 vs after 10,000 jobs)
+
+Pass --full to run the full sizes instead (about an hour), or --only NAME to pick one.
+PostgreSQL-only parts are skipped with a note when PostgreSQL is not reachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+import benchlib as bl
+
+SMALL = {
+    "throughput": ["--jobs", "800"],
+    "console": ["--jobs", "20000", "--events", "60000"],
+    "memory": ["--jobs", "10000"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="the scripts' full-size defaults")
+    parser.add_argument("--only", choices=sorted(SMALL), action="append", help="run only NAME")
+    args = parser.parse_args()
+    names = args.only or list(SMALL)
+    pg = bl.pg_available()
+    failed = []
+    for name in names:
+        cmd = [bl.PY, str(bl.BENCH / f"{name}.py"), *([] if args.full else SMALL[name])]
+        if not pg and name in ("console", "memory"):
+            bl.say(f"== {name}: skipped, PostgreSQL at {bl.PG_BASE} is not reachable")
+            continue
+        if not pg and name == "throughput":
+            cmd += ["--backends", "sqlite"]
+        bl.say(f"== {name}: {' '.join(cmd[1:])}")
+        start = time.perf_counter()
+        rc = subprocess.run(cmd, cwd=bl.ROOT, check=False).returncode
+        bl.say(f"== {name}: exit {rc} after {time.perf_counter() - start:.0f} s\n")
+        if rc:
+            failed.append(name)
+    if failed:
+        sys.exit(f"benchmarks failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

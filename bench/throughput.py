@@ -1,0 +1,595 @@
+"""Executor throughput, side by side with django-tasks-db and the pgbench lifecycle ceiling.
+
+For each database (PostgreSQL, SQLite) and each repeat, for K in --workers:
+  ours      N NOOP jobs → K ``manage.py run_executor --scope noop --exit-when-idle`` processes
+  peer      N no-op tasks → K django-tasks-db ``db_worker --batch`` processes (own venv)
+  ceiling   N READY rows → pgbench with K clients running bench/pgbench_lifecycle.sql (PG only)
+The rounds alternate (ours, peer, ceiling) so all three see the same machine noise. Jobs for the
+first two K of each repeat come from the measured enqueue (one commit per job, then one
+transaction for all); the rest are bulk-loaded (setup). Drain rate = N / span, the span being
+first claim → last completion read from the database; wall time (process start → last exit) is
+reported too. Medians over the repeats; ratios compare medians of the same session.
+
+    .venv/bin/python bench/throughput.py                 # N=20,000, K=1,2,4, 3 repeats
+    .venv/bin/python bench/throughput.py --jobs 2000     # what `make bench` runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import benchlib as bl
+
+PEER_DIR = bl.BENCH / "peer"
+PEER_VENV = bl.VAR / "tasks-venv"
+PEER_PY = PEER_VENV / "bin" / "python"
+PEER_PACKAGES = ["django-tasks-db", "dj-database-url", "psycopg[binary]"]
+LOGS = bl.VAR / "logs"
+
+
+@dataclass
+class Round:
+    system: str  # ours | django-tasks-db | pgbench
+    backend: str  # pg | sqlite
+    workers: int
+    repeat: int
+    jobs: int
+    wall_s: float = float("nan")
+    span_s: float = float("nan")
+    done: int = 0
+    note: str = ""
+    events: dict[str, int] = field(default_factory=dict)
+    commits_per_job: float = float("nan")
+
+    @property
+    def span_rate(self) -> float:
+        return self.done / self.span_s if self.span_s and self.span_s == self.span_s else 0.0
+
+    @property
+    def wall_rate(self) -> float:
+        return self.done / self.wall_s if self.wall_s == self.wall_s else 0.0
+
+
+@dataclass
+class Enqueue:
+    system: str
+    backend: str
+    mode: str
+    per_s: float
+
+
+# --- setup ------------------------------------------------------------------------------------
+
+
+def ensure_peer_venv() -> None:
+    """Create var/bench/tasks-venv with django-tasks-db (never touches the project's venv)."""
+    if (
+        PEER_PY.exists()
+        and subprocess.run(
+            [str(PEER_PY), "-c", "import django_tasks_db, dj_database_url, psycopg"],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    ):
+        return
+    bl.say(f"installing the django-tasks-db peer into {PEER_VENV} …")
+    python = shutil.which("python3.12") or sys.executable
+    bl.run([python, "-m", "venv", str(PEER_VENV)])
+    bl.run([str(PEER_PY), "-m", "pip", "install", "--quiet", *PEER_PACKAGES])
+
+
+def peer_version() -> str:
+    return bl.run(
+        [
+            str(PEER_PY),
+            "-c",
+            "import django_tasks_db, django; "
+            "print(django_tasks_db.__version__, 'on Django', django.get_version())",
+        ]
+    ).strip()
+
+
+def peer_env(url: str) -> dict[str, str]:
+    env = bl.django_env(url)
+    env["DJANGO_SETTINGS_MODULE"] = "peer_settings"
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def ours_json(url: str, *args: str) -> dict[str, Any]:
+    out = bl.run([bl.PY, str(bl.BENCH / "ourside.py"), *args], env=bl.django_env(url))
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def peer_json(url: str, *args: str) -> dict[str, Any]:
+    out = bl.run([str(PEER_PY), "peerside.py", *args], env=peer_env(url), cwd=PEER_DIR)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# --- one drain --------------------------------------------------------------------------------
+
+
+def _spawn_and_wait(
+    cmds: list[list[str]], *, env: dict[str, str], cwd: Path, tag: str, timeout: float
+) -> tuple[float, str]:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    logs = [open(LOGS / f"{tag}-{i}.log", "w") for i in range(len(cmds))]  # noqa: SIM115
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        for cmd, log in zip(cmds, logs, strict=True)
+    ]
+    note = ""
+    deadline = start + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.perf_counter()))
+        except subprocess.TimeoutExpired:
+            note = f"timed out after {timeout:.0f} s"
+    wall = time.perf_counter() - start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(10)
+        elif proc.returncode and not note:
+            note = f"a worker exited {proc.returncode} (log: var/bench/logs/{tag}-*.log)"
+    for log in logs:
+        log.close()
+    return wall, note
+
+
+def drain_ours(url: str, r: Round, mission: str, executor_args: list[str], direct: bool) -> None:
+    if direct:
+        cmd = [bl.PY, str(bl.BENCH / "ourside.py"), "work", "--scope", "noop"]
+        cmd += executor_args
+    else:
+        cmd = [bl.PY, bl.MANAGE, "run_executor", "--scope", "noop", "--exit-when-idle"]
+        cmd += executor_args
+    tag = f"ours-{r.backend}-k{r.workers}-r{r.repeat}"
+    r.wall_s, r.note = _spawn_and_wait(
+        [cmd] * r.workers, env=bl.django_env(url), cwd=bl.ROOT, tag=tag, timeout=timeout(r)
+    )
+    s = ours_json(url, "span", "--mission", mission)
+    r.done, r.span_s, r.events = s["succeeded"], s["span_s"], s["events"]
+    if r.done != r.jobs:
+        r.note = (r.note + "; " if r.note else "") + f"only {r.done}/{r.jobs} succeeded"
+
+
+def drain_peer(url: str, r: Round) -> None:
+    cmd = [str(PEER_PY), "manage.py", "db_worker", "--batch", "--no-startup-delay"]
+    cmd += ["--no-reload", "--interval", "0.1", "-v", "0"]
+    since = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 1))
+    tag = f"peer-{r.backend}-k{r.workers}-r{r.repeat}"
+    r.wall_s, r.note = _spawn_and_wait(
+        [cmd] * r.workers, env=peer_env(url), cwd=PEER_DIR, tag=tag, timeout=timeout(r)
+    )
+    s = peer_json(url, "span", "--since", since)
+    r.done, r.span_s = s["succeeded"], s["span_s"]
+    if r.done != r.jobs:
+        r.note = (r.note + "; " if r.note else "") + f"{r.done}/{r.jobs} succeeded"
+
+
+def drain_pgbench(db: str, r: Round, mission: str) -> None:
+    import psycopg
+
+    with psycopg.connect(bl.pg_url(db), autocommit=True) as conn:
+        conn.execute((bl.BENCH / "pgbench_load.sql").read_text(), {"mission": mission, "n": r.jobs})
+        conn.execute("ANALYZE inbox_job")
+    per_client = r.jobs // r.workers
+    r.jobs = per_client * r.workers
+    pgbench = shutil.which("pgbench") or "/usr/lib/postgresql/15/bin/pgbench"
+    cmd = [pgbench, "-n", "-M", "prepared", "-f", str(bl.BENCH / "pgbench_lifecycle.sql")]
+    cmd += ["-c", str(r.workers), "-j", str(r.workers), "-t", str(per_client), bl.pg_url(db)]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    r.wall_s = time.perf_counter() - start
+    if proc.returncode != 0:
+        r.note = "pgbench failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
+    with psycopg.connect(bl.pg_url(db), autocommit=True) as conn:
+        n, first, last = conn.execute(
+            "SELECT count(*), min(claimed_at), max(updated_at) FROM inbox_job "
+            "WHERE mission_id = %s AND state = 'SUCCEEDED'",
+            [mission],
+        ).fetchone()
+    r.done = n
+    r.span_s = (last - first).total_seconds() if n else float("nan")
+    m = re.search(r"tps = ([\d.]+)", proc.stdout)
+    if m:
+        r.events = {"pgbench tps": round(float(m.group(1)))}
+
+
+def counting_commits(url: str, r: Round, drain: Any) -> None:
+    """Run ``drain()`` and record the database's commits per job (PostgreSQL only)."""
+    name = url.rsplit("/", 1)[-1] if url.startswith("postgres") else ""
+    before = bl.pg_commits(name) if name else 0
+    drain()
+    if name and r.done:
+        time.sleep(0.6)  # backends flush their statistics at exit / at most once a second
+        r.commits_per_job = (bl.pg_commits(name) - before) / r.done
+
+
+def timeout(r: Round) -> float:
+    return max(120.0, r.jobs / 20)
+
+
+# --- the benchmark ----------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str, str]]:
+    rounds: list[Round] = []
+    enqueues: list[Enqueue] = []
+    notes: dict[str, str] = {}
+    direct = not bl.has_run_executor()
+    if direct:
+        notes["ours"] = (
+            "`manage.py run_executor` was not available: our figures come from "
+            "bench/ourside.py `work` (claim_next_jobs → begin_job → complete_job in K processes)"
+        )
+    executor_args = args.executor_args.split()
+    systems = ["ours"]
+    if not args.no_peer:
+        ensure_peer_venv()
+        notes["django-tasks-db"] = peer_version()
+        systems.append("django-tasks-db")
+    backends = [b for b in args.backends.split(",") if b]
+    if "pg" in backends and not bl.pg_available():
+        notes["pg"] = f"PostgreSQL at {bl.PG_BASE} not reachable: skipped"
+        backends.remove("pg")
+    for backend in backends:
+        urls: dict[str, str] = {}
+        for system in systems:
+            name = f"tp_{'ours' if system == 'ours' else 'peer'}"
+            if backend == "pg":
+                bl.recreate_pg_db(bl.db_name(name))
+                urls[system] = bl.pg_url(bl.db_name(name))
+            else:
+                path = bl.VAR / f"{bl.DB_PREFIX}_{name}.sqlite3"
+                bl.fresh_sqlite(path)
+                urls[system] = bl.sqlite_url(path)
+            if system == "ours":
+                bl.migrate(urls[system])
+            else:
+                bl.run(
+                    [str(PEER_PY), "manage.py", "migrate", "-v", "0"],
+                    env=peer_env(urls[system]),
+                    cwd=PEER_DIR,
+                )
+        ceiling = backend == "pg" and not args.no_pgbench
+        if ceiling:
+            pgdb = bl.db_name("tp_pgbench")
+            bl.recreate_pg_db(pgdb)
+            bl.migrate(bl.pg_url(pgdb))
+        for rep in range(1, args.repeats + 1):
+            for idx, k in enumerate(args.workers):
+                mode = {0: "per-commit", 1: "one-tx"}.get(idx)
+                mission = f"tp-{backend}-r{rep}-k{k}"
+                for system in systems:
+                    r = Round(system, backend, k, rep, args.jobs)
+                    url = urls[system]
+                    if system == "ours":
+                        if mode:
+                            e = ours_json(
+                                url,
+                                "enqueue",
+                                "--n",
+                                str(args.jobs),
+                                "--mission",
+                                mission,
+                                "--mode",
+                                mode,
+                            )
+                            enqueues.append(Enqueue(system, backend, mode, e["per_s"]))
+                        else:
+                            ours_json(url, "load", "--n", str(args.jobs), "--mission", mission)
+                        counting_commits(
+                            url, r, partial(drain_ours, url, r, mission, executor_args, direct)
+                        )
+                    else:
+                        if mode:
+                            e = peer_json(url, "enqueue", "--n", str(args.jobs), "--mode", mode)
+                            enqueues.append(Enqueue(system, backend, mode, e["per_s"]))
+                        else:
+                            peer_json(url, "load", "--n", str(args.jobs))
+                        counting_commits(url, r, partial(drain_peer, url, r))
+                    rounds.append(r)
+                    show(r)
+                if ceiling:
+                    r = Round("pgbench", backend, k, rep, args.jobs)
+                    counting_commits(bl.pg_url(pgdb), r, partial(drain_pgbench, pgdb, r, mission))
+                    rounds.append(r)
+                    show(r)
+        if args.profile:
+            notes[f"profile {backend}"] = profile_ours(
+                urls["ours"], backend, args, executor_args, direct
+            )
+        if not args.keep_dbs and backend == "pg":
+            for system in systems:
+                bl.drop_pg_db(bl.db_name(f"tp_{'ours' if system == 'ours' else 'peer'}"))
+            if ceiling:
+                bl.drop_pg_db(pgdb)
+    return rounds, enqueues, notes
+
+
+def show(r: Round) -> None:
+    bl.say(
+        f"  {r.backend:6} {r.system:16} K={r.workers} rep {r.repeat}: "
+        f"{r.done:,}/{r.jobs:,} in span {r.span_s:.2f} s = {r.span_rate:,.0f}/s "
+        f"(wall {r.wall_s:.2f} s = {r.wall_rate:,.0f}/s) {r.note}"
+    )
+
+
+def profile_ours(
+    url: str, backend: str, args: argparse.Namespace, executor_args: list[str], direct: bool
+) -> str:
+    """One extra K=1 round under cProfile; return a short summary of where the time went."""
+    import pstats
+
+    mission = f"tp-{backend}-profile"
+    ours_json(url, "load", "--n", str(args.jobs), "--mission", mission)
+    out = bl.VAR / f"profile-{backend}.prof"
+    if direct:
+        target = [str(bl.BENCH / "ourside.py"), "work", "--scope", "noop", *executor_args]
+    else:
+        target = [bl.MANAGE, "run_executor", "--scope", "noop", "--exit-when-idle"]
+        target += executor_args
+    bl.run([bl.PY, "-m", "cProfile", "-o", str(out), *target], env=bl.django_env(url))
+    return summarise_profile(pstats.Stats(str(out)), args.jobs)
+
+
+_DRIVER_FILES = ("psycopg/connection.py", "psycopg/client_cursor.py")
+_WAITS = ("wait", "_execute_send")
+_DRIVER_WAITS: set[tuple[str, str]] = set()
+
+
+def _db_calls(raw: dict) -> dict[str, float]:
+    """Driver-level counts and self time: statements, BEGIN/COMMIT, time blocked on the DB."""
+    out = {"statements": 0.0, "begin/commit": 0.0, "db_wait_s": 0.0}
+    for (file, _line, func), (_cc, nc, tt, _ct, _callers) in raw.items():
+        if file.endswith("psycopg/cursor.py") and func == "execute":
+            out["statements"] += nc
+        elif file.endswith("psycopg/_connection_base.py") and func == "_exec_command":
+            out["begin/commit"] += nc
+            out["db_wait_s"] += tt
+        elif (file, func) in _DRIVER_WAITS or (file.endswith(_DRIVER_FILES) and func in _WAITS):
+            out["db_wait_s"] += tt
+        elif file == "~" and "SQLiteCursorWrapper.execute" in func:
+            out["statements"] += nc
+            out["db_wait_s"] += tt
+        elif file == "~" and "sqlite3.Connection" in func and "commit" in func:
+            out["begin/commit"] += nc
+            out["db_wait_s"] += tt
+    return out
+
+
+def summarise_profile(stats: Any, jobs: int) -> str:
+    """Where one job's time goes: database round trips vs Python, and the hot functions."""
+    raw = stats.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    loops = [
+        v[3] for (f, _l, fn), v in raw.items() if f.endswith("inbox/executor.py") and fn == "run"
+    ]
+    loops += [v[3] for (f, _l, fn), v in raw.items() if f.endswith("ourside.py") and fn == "work"]
+    # The drain loop itself (Django start-up excluded) when it can be found.
+    total = max(loops) if loops else stats.total_tt
+    db = _db_calls(raw)
+    rows = []
+    interesting = (
+        "transitions.py",
+        "executor.py",
+        "audit/events.py",
+        "jobtypes.py",
+        "workers.py",
+        "scopes.py",
+        "approvals.py",
+        "ourside.py",
+    )
+    for (file, line, func), (_cc, nc, _tt, ct, _callers) in raw.items():
+        if any(file.endswith(key) for key in interesting) and nc >= jobs / 2:
+            short = "/".join(Path(file).parts[-2:])
+            rows.append((f"{short}:{line} {func}", nc, ct))
+    rows.sort(key=lambda row: -row[2])
+    python_s = total - db["db_wait_s"]
+    lines = [
+        f"cProfile of one K=1 drain of {jobs:,} jobs: {total:.2f} s in the drain loop "
+        f"({total / jobs * 1000:.2f} ms per job, profiler overhead included). Per job: "
+        f"{db['statements'] / jobs:.1f} SQL statements (plus BEGIN/COMMIT), "
+        f"{db['begin/commit'] / jobs:.1f} driver transaction commands; "
+        f"{db['db_wait_s'] / jobs * 1000:.2f} ms blocked in the "
+        f"database driver, {python_s / jobs * 1000:.2f} ms in Python (ORM, transitions, "
+        "executor).",
+        "",
+        bl.table(
+            ["function (inclusive)", "calls", "s", "ms per job"],
+            [(name, nc, round(ct, 2), round(ct / jobs * 1000, 3)) for name, nc, ct in rows[:14]],
+        ),
+    ]
+    return "\n".join(lines)
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def report(
+    rounds: list[Round], enqueues: list[Enqueue], notes: dict[str, str], args: argparse.Namespace
+) -> list[str]:
+    by: dict[tuple[str, str, int], list[Round]] = defaultdict(list)
+    for r in rounds:
+        by[(r.backend, r.system, r.workers)].append(r)
+    med_span = {key: bl.median(r.span_rate for r in rs) for key, rs in by.items()}
+    med_wall = {key: bl.median(r.wall_rate for r in rs) for key, rs in by.items()}
+    out: list[str] = []
+    out.append(
+        f"N = {args.jobs:,} jobs per round, K = {', '.join(map(str, args.workers))}, "
+        f"{args.repeats} repeats; figures are medians. Drain rate = jobs / (last completion − "
+        "first claim) read from the database; wall = process start → last process exit."
+    )
+    out.append("")
+    out.append("## Drain rate (jobs/s)")
+    out.append("")
+    rows = []
+    for (backend, system, k), rs in sorted(by.items()):
+        rows.append(
+            (
+                backend,
+                system,
+                k,
+                round(med_span[(backend, system, k)]),
+                round(med_wall[(backend, system, k)]),
+                " / ".join(f"{r.span_rate:,.0f}" for r in rs),
+                fmt_commits(bl.median(r.commits_per_job for r in rs)),
+                "; ".join(sorted({r.note for r in rs if r.note})) or "",
+            )
+        )
+    out.append(
+        bl.table(
+            [
+                "db",
+                "system",
+                "K",
+                "median span rate",
+                "median wall rate",
+                "each repeat (span)",
+                "commits/job",
+                "notes",
+            ],
+            rows,
+        )
+    )
+    out.append("")
+    out.append("## Ratios (medians of the same session)")
+    out.append("")
+    rows = []
+    backends = sorted({r.backend for r in rounds})
+    for backend in backends:
+        for k in args.workers:
+            ours = med_span.get((backend, "ours", k), float("nan"))
+            peer = med_span.get((backend, "django-tasks-db", k), float("nan"))
+            ceil = med_span.get((backend, "pgbench", k), float("nan"))
+            rows.append(
+                (
+                    backend,
+                    k,
+                    round(ours),
+                    round(peer) if peer == peer else "n/a",
+                    f"{bl.ratio(ours, peer):.2f}×",
+                    round(ceil) if ceil == ceil else "n/a",
+                    f"{bl.ratio(ours, ceil) * 100:.0f} %" if ceil == ceil else "n/a",
+                )
+            )
+    out.append(
+        bl.table(
+            ["db", "K", "ours", "django-tasks-db", "ours/peer", "pgbench ceiling", "ours/ceiling"],
+            rows,
+        )
+    )
+    out.append("")
+    out.append(
+        "Goals: PostgreSQL K=4 ours/peer ≥ 2× and ours/ceiling ≥ 50 %; SQLite K=1 ours/peer ≥ 1.5×."
+    )
+    out.append("")
+    out.append("## Enqueue (jobs/s, median)")
+    out.append("")
+    eby: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for e in enqueues:
+        eby[(e.backend, e.system, e.mode)].append(e.per_s)
+    out.append(
+        bl.table(
+            ["db", "system", "mode", "median enqueue/s", "each repeat"],
+            [
+                (b, s, m, round(bl.median(v)), " / ".join(f"{x:,.0f}" for x in v))
+                for (b, s, m), v in sorted(eby.items())
+            ],
+        )
+    )
+    out.append("")
+    trail = [r for r in rounds if r.system == "ours" and r.events]
+    if trail:
+        r = trail[-1]
+        out.append(
+            f"Audit trail written by ours (last round, {r.jobs:,} jobs): "
+            + ", ".join(f"{k} {v:,}" for k, v in sorted(r.events.items()))
+        )
+        out.append("")
+    for key, value in notes.items():
+        if key.startswith("profile"):
+            out += [f"## {key.capitalize()}", "", value, ""]
+        else:
+            out += [f"- {key}: {value}"]
+    return out
+
+
+def fmt_commits(value: float) -> str:
+    return "n/a" if value != value else f"{value:.2f}"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs per round (20,000)")
+    parser.add_argument("--workers", default="1,2,4", help="K values, comma-separated (1,2,4)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats per K (3)")
+    parser.add_argument("--backends", default="pg,sqlite", help="pg,sqlite (both)")
+    parser.add_argument(
+        "--executor-args", default="", help="extra run_executor flags, e.g. '--batch 20' (none)"
+    )
+    parser.add_argument("--no-peer", action="store_true", help="skip django-tasks-db")
+    parser.add_argument("--no-pgbench", action="store_true", help="skip the pgbench ceiling")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="add one cProfile'd K=1 round per database and summarise it",
+    )
+    parser.add_argument("--keep-dbs", action="store_true", help="keep the PostgreSQL databases")
+    args = parser.parse_args()
+    args.workers = [int(k) for k in args.workers.split(",") if k]
+    lcm = 4 if max(args.workers) <= 4 else max(args.workers)
+    args.jobs = max(lcm, args.jobs - args.jobs % lcm)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    os.chdir(bl.ROOT)
+    facts = bl.machine_facts()
+    bl.say(f"throughput: N={args.jobs:,} K={args.workers} repeats={args.repeats}")
+    rounds, enqueues, notes = run(args)
+    bl.VAR.mkdir(parents=True, exist_ok=True)
+    (bl.VAR / "throughput-last.json").write_text(
+        json.dumps(
+            {
+                "rounds": [vars(r) for r in rounds],
+                "enqueues": [vars(e) for e in enqueues],
+                "notes": notes,
+            },
+            default=str,
+        )
+    )
+    body = report(rounds, enqueues, notes, args)
+    text = "\n".join(body)
+    bl.say()
+    bl.say(text)
+    facts["django-tasks-db"] = notes.get("django-tasks-db", "not run")
+    facts["executor flags"] = args.executor_args or "(defaults)"
+    path = bl.write_result(
+        "throughput", "Throughput: ours vs django-tasks-db vs pgbench", body, facts
+    )
+    bl.say(f"\nwrote {path.relative_to(bl.ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
