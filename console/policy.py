@@ -95,7 +95,9 @@ def page(permission: str | None = None) -> Callable[[View], View]:
             if not request.user.is_authenticated:
                 return _login_response(request)
             if permission and not request.user.has_perm(permission):
-                return forbidden(request, permission=permission, region=None)
+                # A poller's 403 replaces the poller itself (its id is the HX-Target).
+                region = request.htmx.target if request.htmx else None
+                return forbidden(request, permission=permission, region=region)
             return view(request, *args, **kwargs)
 
         _stamp(wrapper, Policy(kind="page", permission=permission, name=view.__name__))
@@ -147,6 +149,31 @@ class ActionContext:
         self.outcome = done
         self.results.append(result)
         return result
+
+    def record(
+        self,
+        *,
+        job_id: str | None = None,
+        run_id: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Record who did what and why as OPERATOR_ACTION, for services that do not record
+        the reason themselves. Call it inside ``perform`` so it commits with the action."""
+        from audit.events import record_event
+        from audit.models import EventType
+
+        record_event(
+            event_type=EventType.OPERATOR_ACTION,
+            actor=self.actor,
+            job_id=job_id,
+            run_id=run_id,
+            detail={
+                "action": self.name,
+                "reason": self.reason,
+                "request_id": self.request_id,
+                **(detail or {}),
+            },
+        )
 
     def refuse(self, why: str, *, status: int = 409) -> None:
         self.message = why
