@@ -27,8 +27,10 @@ RESULTS = BENCH / "results"
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
 
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# The repository root goes first: bench/console.py must not shadow the ``console`` app.
+if str(ROOT) in sys.path:
+    sys.path.remove(str(ROOT))
+sys.path.insert(0, str(ROOT))
 
 # Where PostgreSQL lives and how benchmark databases are named (override per run).
 PG_BASE = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432").rstrip("/")

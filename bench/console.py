@@ -102,7 +102,7 @@ FROM (
             'obj-' || i AS obj,
             'notes/obj-' || i || '.md' AS path,
             statement_timestamp() - (%(n)s - i) * interval '2 seconds' AS created
-        FROM (SELECT i, mod(i * 7919, 1000) AS b FROM generate_series(1, %(n)s) AS i) g
+        FROM (SELECT i, mod(i::bigint * 7919, 1000) AS b FROM generate_series(1, %(n)s) AS i) g
     ) s
 ) t
 """
@@ -426,7 +426,8 @@ def main() -> None:
     per_job = max(1, args.events // args.jobs)
     args.events = per_job * args.jobs
     if args.reuse and loaded_counts() == (args.jobs, args.events):
-        notes.append(f"- reused the loaded database {DB}")
+        bl.migrate(bl.pg_url(DB))  # indexes added by migrations since the load
+        notes.append(f"- reused the loaded database {DB} (migrated to the current schema)")
     else:
         bl.say(f"console: loading {args.jobs:,} jobs and {args.events:,} events into {DB} …")
         timings = load(args.jobs, args.events)
