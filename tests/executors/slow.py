@@ -15,3 +15,7 @@ def slow_handler(job) -> HandlerResult:
             fh.write(job.job_id + "\n")
     time.sleep(float(os.environ.get("SLOW_HANDLER_SECONDS", "0.3")))
     return HandlerResult("OK", {"slept": True})
+
+
+def boom_handler(job) -> HandlerResult:
+    raise RuntimeError(f"boom on {job.job_id}")
