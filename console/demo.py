@@ -45,7 +45,7 @@ class ChildSpec:
     name: str
     argv: Sequence[str]
     every: float | None = None
-    # Seconds after the demo starts before a periodic child's first pass.
+    # Seconds after the demo starts before the child first starts.
     delay: float = 0.0
     # If this child dies, the demo is over (the web server): stop everything.
     essential: bool = False
@@ -59,6 +59,7 @@ class _Child:
     returncodes: list[int] = field(default_factory=list)
     reader: threading.Thread | None = None
     reported: bool = False
+    started: bool = False
 
 
 def manage(*args: str) -> list[str]:
@@ -87,7 +88,8 @@ class Supervisor:
     # --- output ------------------------------------------------------------------------------
 
     def say(self, name: str, line: str) -> None:
-        with self._lock:
+        # A closed terminal must not keep the supervisor from stopping its children.
+        with self._lock, contextlib.suppress(OSError, ValueError):
             self.out.write(f"{name:>{self.width}} | {line.rstrip()}\n")
             self.out.flush()
 
@@ -113,6 +115,7 @@ class Supervisor:
             start_new_session=True,
         )
         child.proc = proc
+        child.started = True
         child.reported = False
         child.reader = threading.Thread(target=self._pump, args=(child, proc), daemon=True)
         child.reader.start()
@@ -120,8 +123,9 @@ class Supervisor:
     def start(self) -> None:
         now = time.monotonic()
         for child in self.children:
-            if child.spec.every is not None and child.spec.delay > 0:
+            if child.spec.delay > 0:
                 child.next_start = now + child.spec.delay
+                self.say(child.spec.name, f"starts in {child.spec.delay:g} s")
                 continue
             self._start(child)
             self.say(child.spec.name, f"started (pid {child.proc.pid})")
@@ -147,7 +151,8 @@ class Supervisor:
                     self.say(child.spec.name, f"exited unexpectedly with {proc.returncode}")
                     if child.spec.essential:
                         return child.spec.name
-            if child.proc is None and child.spec.every is not None and now >= child.next_start:
+            due = child.spec.every is not None or not child.started
+            if child.proc is None and due and now >= child.next_start:
                 self._start(child)
         return None
 
@@ -162,21 +167,43 @@ class Supervisor:
                 os.killpg(child.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout
         statuses: dict[str, int | None] = {}
+        try:
+            for child in self.children:
+                proc = child.proc
+                if proc is None:
+                    statuses[child.spec.name] = child.returncodes[-1] if child.returncodes else 0
+                    continue
+                try:
+                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                    statuses[child.spec.name] = proc.returncode
+                except subprocess.TimeoutExpired:
+                    self._kill(child)
+                    statuses[child.spec.name] = None
+        except KeyboardInterrupt:
+            # Asked again while waiting: no more patience, kill whatever still runs.
+            for child in self.children:
+                if child.spec.name in statuses:
+                    continue
+                if child.proc is None:
+                    statuses[child.spec.name] = child.returncodes[-1] if child.returncodes else 0
+                else:
+                    exited = self._kill(child)
+                    statuses[child.spec.name] = child.proc.returncode if exited else None
         for child in self.children:
-            proc = child.proc
-            if proc is None:
-                statuses[child.spec.name] = child.returncodes[-1] if child.returncodes else 0
-                continue
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-                statuses[child.spec.name] = proc.returncode
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                statuses[child.spec.name] = None
             if child.reader is not None:
                 child.reader.join(timeout=2)
         return statuses
+
+    @staticmethod
+    def _kill(child: _Child) -> bool:
+        """SIGKILL the child's process group; True if it had exited by itself already."""
+        proc = child.proc
+        if proc is None or proc.poll() is not None:
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return False
 
     def run(
         self,

@@ -56,9 +56,10 @@ def test_poll_with_periodic_child_restarts_it_after_exit():
     out = io.StringIO()
     sup = Supervisor([ChildSpec("pass", _py("print('one pass')"), every=0.0)], out=out)
     sup.start()
-    _wait_for(lambda: (sup.poll() or True) and out.getvalue().count("one pass") >= 2)
+    _wait_for(lambda: (sup.poll() or True) and len(sup.children[0].returncodes) >= 2)
     sup.stop()
     assert sup.children[0].returncodes[:2] == [0, 0]
+    assert out.getvalue().count("one pass") >= 2
 
 
 def test_poll_with_dead_essential_child_names_it():
@@ -121,3 +122,168 @@ def test_trickle_crash_tick_leaves_a_held_claim_for_the_sweeper():
     trickle.tick()
     held = Job.objects.filter(worker_id=PHANTOM_WORKER)
     assert list(held.values_list("state", flat=True)) == [JobState.CLAIMED]
+
+
+# --- seed_demo ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def seeded_env(settings, tmp_path, monkeypatch):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.VAULT_ROOT = tmp_path / "vault"
+    monkeypatch.setenv("DEMO_PASSWORD", "demo-pass-123")
+    return tmp_path
+
+
+def _seed() -> str:
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_seed_demo_run_twice_writes_nothing_the_second_time(seeded_env):
+    from audit.models import AuditEvent
+    from inbox.models import Job
+    from runs.models import Run
+
+    _seed()
+    before = (Job.objects.count(), AuditEvent.objects.count(), Run.objects.count())
+    second = _seed()
+    after = (Job.objects.count(), AuditEvent.objects.count(), Run.objects.count())
+    assert after == before
+    assert "0 seeded" in second
+
+
+@pytest.mark.django_db
+def test_seed_demo_on_empty_database_reaches_every_state(seeded_env):
+    from inbox.models import Job, JobState
+
+    _seed()
+    assert set(Job.objects.values_list("state", flat=True)) == set(JobState.values)
+
+
+@pytest.mark.django_db
+def test_seed_demo_jobs_have_trails_that_start_with_requested(seeded_env):
+    from audit.models import AuditEvent, EventType
+    from inbox.models import Job
+
+    _seed()
+    firsts = {}
+    for event in AuditEvent.objects.filter(job_id__isnull=False).order_by("event_id"):
+        firsts.setdefault(event.job_id, event.event_type)
+    assert set(firsts) == set(Job.objects.values_list("job_id", flat=True))
+    assert set(firsts.values()) == {EventType.REQUESTED}
+
+
+@pytest.mark.django_db
+def test_seed_demo_users_get_their_roles_and_the_demo_password(seeded_env):
+    from django.contrib.auth import authenticate
+
+    _seed()
+    operator = authenticate(username="operator", password="demo-pass-123")
+    approver = authenticate(username="approver", password="demo-pass-123")
+    viewer = authenticate(username="viewer", password="demo-pass-123")
+    admin = authenticate(username="admin", password="demo-pass-123")
+    assert operator.has_perm("inbox.reconcile_job")
+    assert not operator.has_perm("inbox.approve_delete")
+    assert approver.has_perm("inbox.approve_delete")
+    assert not approver.has_perm("inbox.reconcile_job")
+    assert viewer.has_perm("inbox.view_job")
+    assert not viewer.has_perm("inbox.pause_scope")
+    assert admin.is_superuser
+
+
+def test_demo_password_without_env_is_generated_once_and_kept(tmp_path, monkeypatch):
+    from console.management.commands.seed_demo import demo_password
+
+    monkeypatch.delenv("DEMO_PASSWORD", raising=False)
+    first, _ = demo_password(tmp_path)
+    second, source = demo_password(tmp_path)
+    assert first == second
+    assert source == str(tmp_path / "demo-password")
+    assert (tmp_path / "demo-password").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.django_db
+def test_seed_demo_vault_holds_duplicates_and_a_stuck_run(seeded_env):
+    from collections import Counter
+
+    from inbox import vault
+    from inbox.models import Job
+    from runs.models import Run, RunStatus
+
+    _seed()
+    hashes = Counter(
+        vault.probe(path).current_hash
+        for path in Job.objects.filter(job_type="SAVE_OBJECT", state="SUCCEEDED").values_list(
+            "vault_path", flat=True
+        )
+    )
+    assert max(hashes.values()) >= 3
+    assert Run.objects.filter(store="archive", status=RunStatus.ACTIVE).count() == 1
+
+
+# --- the whole demo, as real processes ---------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_demo_then_sigint_serves_the_console_and_stops_every_child(proc_db):
+    import os
+    import signal
+    import subprocess
+    import urllib.request
+
+    port = _free_port()
+    proc_db.extra_env["DEMO_PASSWORD"] = "demo-pass-123"
+    proc = proc_db.popen(
+        "demo",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--trickle",
+        "1",
+        "--web-workers",
+        "1",
+        stderr=subprocess.STDOUT,
+    )
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "console:  http://" in line:
+                break
+        assert any(f"console:  http://127.0.0.1:{port}/" in line for line in lines), lines
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10) as response:
+            assert response.status == 200
+        # The producer runs in the supervisor's own process: wait for one batch.
+        while time.monotonic() < deadline and not any("| enqueued" in ln for ln in lines):
+            lines.append(proc.stdout.readline())
+        pids = [
+            int(line.split("(pid ")[1].rstrip(")\n")) for line in lines if "started (pid" in line
+        ]
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "".join(lines) + rest
+    assert "| demo stopped cleanly" in rest
+    assert len(pids) == 5  # the reconciler waits its turn and had not started yet
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,45 +1,230 @@
-"""`make demo`: migrate, make sure an admin exists, and serve the console on 127.0.0.1:8000."""
+"""`make demo`: migrate, seed, and run the console with every worker until Ctrl-C.
+
+Starts the web server (gunicorn), a save and a delete executor, the stale-claim sweeper, the
+auto-reconciler, a consolidator and a small producer that trickles SAVE jobs in, then prints the
+URL and the demo password. Ctrl-C (or SIGTERM) stops each child with SIGTERM, waits for it and
+reports how every one ended. The process plumbing lives in ``console.demo``.
+"""
 
 from __future__ import annotations
 
-import os
-import secrets
-import subprocess
+import signal
 import sys
+import time
+import urllib.error
+import urllib.request
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+
+from console.demo import ChildSpec, Supervisor, Trickle, manage
+
+READY_TIMEOUT = 30.0
+
+
+def _split_bind(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise CommandError(f"--bind must be host:port, got {bind!r}")
+    return host, int(port)
+
+
+def wait_until_up(url: str, *, timeout: float, alive: Any) -> bool:
+    """Poll ``url`` until it answers 200 (or the server died, or time ran out)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.3)
+    return False
 
 
 class Command(BaseCommand):
     help = (
-        "Set up and run the demo on the default database: migrate, create the 'admin' user "
-        "(password from DEMO_PASSWORD, else generated and printed), and serve on "
-        "127.0.0.1:8000 until Ctrl-C."
+        "Run the whole demo on the configured database (SQLite under var/ by default): migrate, "
+        "seed_demo, then start the web server, a save and a delete executor, the sweeper, the "
+        "auto-reconciler, a consolidator and a trickle of new SAVE jobs, and print the URL and "
+        "the demo password. Ctrl-C stops every process (SIGTERM, wait, report)."
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--bind", default="127.0.0.1:8000", help="host:port to serve on")
+        parser.add_argument(
+            "--bind", default="127.0.0.1:8000", help="host:port to serve on (127.0.0.1:8000)"
+        )
+        parser.add_argument(
+            "--lease", type=int, default=15, help="executor lease in seconds (default 15)"
+        )
+        parser.add_argument(
+            "--poll", type=float, default=1.0, help="executor poll interval in seconds (1)"
+        )
+        parser.add_argument(
+            "--trickle",
+            type=float,
+            default=6.0,
+            help="seconds between batches of new SAVE jobs; 0 turns the producer off (6)",
+        )
+        parser.add_argument(
+            "--sweep-every", type=float, default=5.0, help="sweeper interval in seconds (5)"
+        )
+        parser.add_argument(
+            "--reconcile-every",
+            type=float,
+            default=45.0,
+            help="seconds before the auto-reconciler's first pass and between passes (45)",
+        )
+        parser.add_argument(
+            "--store", default="vault", help="store the consolidator works on (vault)"
+        )
+        parser.add_argument(
+            "--run-lease", type=int, default=60, help="consolidation run lease in seconds (60)"
+        )
+        parser.add_argument(
+            "--web-workers", type=int, default=2, help="gunicorn worker processes (2)"
+        )
+
+    def children(self, options: dict[str, Any]) -> list[ChildSpec]:
+        lease, poll = str(options["lease"]), str(options["poll"])
+        # Progress lines every 30 s keep the terminal readable beside the producer's lines.
+        quiet = ("--progress-every", "30")
+        return [
+            ChildSpec(
+                "web",
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "config.wsgi",
+                    "--bind",
+                    options["bind"],
+                    "--workers",
+                    str(options["web_workers"]),
+                    "--graceful-timeout",
+                    "5",
+                ],
+                essential=True,
+            ),
+            ChildSpec(
+                "save",
+                manage("run_executor", "--scope", "save", "--lease", lease, "--poll", poll, *quiet),
+            ),
+            ChildSpec(
+                "delete",
+                manage(
+                    "run_executor", "--scope", "delete", "--lease", lease, "--poll", poll, *quiet
+                ),
+            ),
+            ChildSpec(
+                "sweeper",
+                manage("recover_stale", "--loop", "--interval", str(options["sweep_every"])),
+            ),
+            # Its first pass waits a while, so a newcomer sees the unknown outcomes first.
+            ChildSpec(
+                "reconcile",
+                manage(
+                    "reconcile",
+                    "--auto",
+                    "--loop",
+                    "--interval",
+                    str(options["reconcile_every"]),
+                    "--quiet",
+                ),
+                delay=options["reconcile_every"],
+            ),
+            ChildSpec(
+                "consolidate",
+                manage(
+                    "run_consolidator",
+                    "--store",
+                    options["store"],
+                    "--lease",
+                    str(options["run_lease"]),
+                ),
+            ),
+        ]
 
     def handle(self, *args: Any, **options: Any) -> None:
+        host, port = _split_bind(options["bind"])
+        if options["lease"] < 2 or options["poll"] <= 0:
+            raise CommandError("--lease must be at least 2 s and --poll positive")
+        self.stdout.write("== migrate")
         call_command("migrate", verbosity=0)
-        password = os.environ.get("DEMO_PASSWORD") or secrets.token_urlsafe(12)
-        User = get_user_model()
-        user, _ = User.objects.get_or_create(
-            username="admin", defaults={"is_staff": True, "is_superuser": True}
-        )
-        user.is_staff = user.is_superuser = True
-        user.set_password(password)
-        user.save()
-        self.stdout.write(f"admin password: {password}")
-        self.stdout.write(f"console: http://{options['bind']}/  (Ctrl-C stops)")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", options["bind"]]
-        )
+        self.stdout.write("== seed_demo")
+        call_command("seed_demo", stdout=self.stdout)
+
+        stopping = {"flag": False}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if stopping["flag"]:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop waiting, kill what is left
+            stopping["flag"] = True
+
+        # Ctrl-C and SIGTERM both stop the demo between two supervisor turns (never in the
+        # middle of the producer's transaction). Set explicitly: a shell that starts the demo
+        # in the background hands it SIGINT ignored.
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        supervisor = Supervisor(self.children(options), out=self.stdout)
+        trickle = Trickle(say=lambda line: supervisor.say("producer", line))
+        url_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        announced = {"flag": False}
+
+        def announce() -> None:
+            from console.management.commands.seed_demo import USERS, demo_password
+
+            web = supervisor.children[0].proc
+            up = wait_until_up(
+                f"http://{url_host}:{port}/healthz",
+                timeout=READY_TIMEOUT,
+                alive=lambda: web is not None and web.poll() is None,
+            )
+            if not up:
+                supervisor.say("demo", f"the web server does not answer on {options['bind']}")
+                return
+            password, _source = demo_password()
+            for line in (
+                "",
+                f"console:  http://{url_host}:{port}/",
+                f"users:    {', '.join(USERS)}   password: {password}",
+                "Ctrl-C stops everything.",
+                "",
+            ):
+                supervisor.say("demo", line)
+
+        def tick() -> None:
+            if not announced["flag"]:
+                announced["flag"] = True
+                announce()
+            if options["trickle"] > 0:
+                trickle.tick()
+
         try:
-            server.wait()
-        except KeyboardInterrupt:
-            server.terminate()
-            server.wait(timeout=10)
+            died = supervisor.run(
+                tick=tick,
+                tick_every=options["trickle"] if options["trickle"] > 0 else 3600.0,
+                should_stop=lambda: stopping["flag"],
+            )
+        finally:
+            # Whatever ended the loop (even a broken terminal), the children are stopped.
+            supervisor.say("demo", "stopping: SIGTERM to every process, waiting for each")
+            statuses = supervisor.stop()
+        clean = True
+        for name, status in statuses.items():
+            if status is None:
+                verdict = "killed (did not stop in time)"
+                clean = False
+            elif status in (0, -signal.SIGTERM):
+                verdict = "stopped"
+            else:
+                verdict = f"exited {status}"
+                clean = False
+            supervisor.say("demo", f"  {name:<12} {verdict}")
+        if died:
+            raise CommandError(f"the {died} process died; the demo stopped")
+        supervisor.say("demo", "demo stopped cleanly" if clean else "demo stopped (see above)")
