@@ -57,7 +57,7 @@ class AuditEventTable(tables.Table):
             "result_code",
             "detail",
         )
-        template_name = "components/table.html"
+        template_name = "audit/event_table.html"
         attrs = {"class": "audit"}
         empty_text = "No event matches these filters."
 

@@ -61,7 +61,7 @@ class JobTable(tables.Table):
             "updated_at",
         )
         order_by_field = "sort"
-        template_name = "components/table.html"
+        template_name = "inbox/job_table.html"
         attrs = {"class": "jobs"}
         empty_text = "No job matches these filters."
 

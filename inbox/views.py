@@ -59,7 +59,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
     """Filter, search, sort and page jobs; HTMX swaps only the table."""
     job_filter = JobFilter(request.GET or None, queryset=Job.objects.all())
     qs = job_filter.qs if job_filter.is_bound else Job.objects.all()
-    table = JobTable(qs, order_by=request.GET.get("sort") or "-created_at")
+    # Lease filters come ordered by lease end (see JobFilter.filter_lease) unless a sort is asked.
+    default_sort = None if request.GET.get("lease") else "-created_at"
+    table = JobTable(qs, order_by=request.GET.get("sort") or default_sort)
     RequestConfig(
         request, paginate={"per_page": PER_PAGE, "paginator_class": LazyPaginator}
     ).configure(table)

@@ -196,3 +196,13 @@ def test_job_detail_unknown_outcome_links_to_reconcile(client, viewer) -> None:
     html = client.get(reverse("inbox:job_detail", args=[job.job_id])).content.decode()
     assert "/reconcile/?job=" in html
     assert Job.objects.get(job_id=job.job_id).state == JobState.OUTCOME_UNKNOWN
+
+
+def test_job_list_lapsed_filter_shows_only_lapsed_leases(client, viewer) -> None:
+    now = transitions.db_now()
+    lapsed = make_job("save", state=JobState.CLAIMED, at=now - dt.timedelta(seconds=300))
+    fresh = make_job("save", state=JobState.CLAIMED, lease_seconds=600)
+    html = _list(client, lease="lapsed")
+    assert lapsed.job_id in html
+    assert fresh.job_id not in html
+    assert fresh.job_id in _list(client, lease="held")
