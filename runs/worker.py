@@ -101,6 +101,8 @@ class ConsolidatorWorker:
         )
         while not self.stopping:
             close_old_connections()
+            if self._run_id and self._taken_over():
+                break
             served = transitions.next_group(
                 store=self.store,
                 owner=self.worker_id,
@@ -199,20 +201,28 @@ class ConsolidatorWorker:
                 return False
         return True
 
-    def _lost(self, exc: GroupExpired) -> bool:
-        """Our run is no longer effectively ours. Stop if someone else holds the store now."""
-        holder = None
+    def _taken_over(self) -> bool:
+        """True (and stop requested) when another worker's run holds the store now.
+
+        ``next_group`` would plan anew and take the store back; a displaced worker stops instead.
+        """
         try:
             holder = transitions.current_run(self.store)
         except RunError as err:
             self.request_stop(str(err))
-            return False
+            return True
         if (
             holder is not None
             and holder.worker_id != self.worker_id
             and transitions.is_effectively_active(holder)
         ):
             self.request_stop(f"store taken over by {holder.worker_id} (run {holder.run_id})")
+            return True
+        return False
+
+    def _lost(self, exc: GroupExpired) -> bool:
+        """Our run is no longer effectively ours. Stop if someone else holds the store now."""
+        if self._taken_over():
             self.say(f"write rejected: {exc}; stopping — {self.progress.stop_reason}")
             return False
         # Our own lease lapsed (nobody took over): the next turn plans a fresh run.

@@ -2,8 +2,10 @@
 
 ``StaticConsolidator`` plans fixed groups; ``EnvConsolidator`` does the same from environment
 variables so real worker processes (``RUNS_CONSOLIDATOR=tests.runs.support.EnvConsolidator``) can
-use it: ``RUNS_TEST_GROUPS="3x2"`` plans 3 groups of 2 members and ``RUNS_TEST_APPLY_SLEEP``
-makes every apply sleep that many seconds (so a test can signal a worker mid-run).
+use it: ``RUNS_TEST_GROUPS="3x2"`` plans 3 groups of 2 members and ``RUNS_TEST_DECIDE_SLEEP``
+makes every decision (once per served group, outside any transaction) take that many seconds, so
+a test can act while a worker is mid-run. Sleeping in ``apply`` instead would hold SQLite's write
+lock and starve every other writer.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from runs.consolidators import PlannedGroup, PlannedMember
 class StaticConsolidator:
     name = "static-test"
 
-    def __init__(self, groups: int = 2, members: int = 2, apply_sleep: float = 0.0) -> None:
+    def __init__(self, groups: int = 2, members: int = 2, decide_sleep: float = 0.0) -> None:
         self.groups = groups
         self.members = members
-        self.apply_sleep = apply_sleep
+        self.decide_sleep = decide_sleep
         self.applied: list[tuple[str, str]] = []
         self.carry_over_seen: list[list[str]] = []
 
@@ -42,11 +44,11 @@ class StaticConsolidator:
         ]
 
     def decide(self, *, run, group, members) -> dict[int, str]:
+        if self.decide_sleep:
+            time.sleep(self.decide_sleep)
         return {m.id: ("keep" if i == 0 else "drop") for i, m in enumerate(members)}
 
     def apply(self, *, run, group, member, disposition: str) -> dict[str, Any]:
-        if self.apply_sleep:
-            time.sleep(self.apply_sleep)
         self.applied.append((member.item_ref, disposition))
         return {"seen": disposition}
 
@@ -55,4 +57,4 @@ class EnvConsolidator(StaticConsolidator):
     def __init__(self) -> None:
         spec = os.environ.get("RUNS_TEST_GROUPS", "2x2")
         groups, members = (int(x) for x in spec.split("x"))
-        super().__init__(groups, members, float(os.environ.get("RUNS_TEST_APPLY_SLEEP", "0")))
+        super().__init__(groups, members, float(os.environ.get("RUNS_TEST_DECIDE_SLEEP", "0")))
