@@ -25,6 +25,8 @@ CONFIRMED_DELETED = "CONFIRMED_DELETED"
 NOT_APPLIED = "NOT_APPLIED"
 DIAG_NOT_APPLIED = "RECONCILE_NOT_APPLIED"
 DIAG_CONFLICT = "RECONCILE_CONFLICT"
+# A diagnosis only (``annotate``); confirming the delete is ``confirm_deleted``'s decision.
+DIAG_ABSENT = "RECONCILE_ABSENT"
 # Job types whose OUTCOME_UNKNOWN a vault probe can decide.
 PROBED_TYPES = frozenset({"DELETE_OBJECT"})
 
@@ -160,7 +162,7 @@ def annotate(job_id: str, *, actor: str, reason: str) -> Job:
 
 def _diagnosis(evidence: Evidence) -> str:
     if not evidence.present:
-        return CONFIRMED_DELETED
+        return DIAG_ABSENT
     return DIAG_NOT_APPLIED if evidence.matches else DIAG_CONFLICT
 
 
