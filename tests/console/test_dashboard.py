@@ -94,3 +94,33 @@ def test_dashboard_full_page_bounded_queries(client, viewer, django_assert_max_n
 def test_dashboard_requires_login(client) -> None:
     response = client.get(reverse("home"))
     assert response.status_code == 302
+
+
+class _OneGroup:
+    """A consolidator stub: one group of two members, so the planned run stays active."""
+
+    name = "stub"
+
+    def check(self) -> None:
+        return None
+
+    def plan(self, *, store, carry_over):
+        from runs.consolidators import PlannedGroup, PlannedMember
+
+        return [PlannedGroup(key="k", members=(PlannedMember("a"), PlannedMember("b")))]
+
+    def decide(self, *, run, group, members):
+        return {m.id: "keep" for m in members}
+
+
+def test_dashboard_runs_show_lease_bar(client, viewer) -> None:
+    from runs.transitions import plan_run
+
+    run = plan_run(
+        store="notes", owner="consolidator-1", lease_seconds=120, consolidator=_OneGroup()
+    )
+    html = client.get(reverse("home"), headers=hx("dashboard-runs")).content.decode()
+    assert f'id="lease-bar-{run.run_id}"' in html
+    assert '<progress max="120"' in html
+    assert "consolidator-1" in html
+    assert 'href="/runs/?store=notes"' in html
