@@ -226,7 +226,7 @@ def test_recover_dry_run_reports_counts_and_writes_nothing():
     at = T0 + dt.timedelta(seconds=LEASE + 1)
     jobs_before, audit_before = list(Job.objects.order_by("job_id").values()), _audit()
 
-    report = transitions.recover_stale_claims_report(at=at, dry_run=True)
+    report = transitions.recover_stale_claims_report(at=at, dry_run=True, batch=3)
 
     assert list(Job.objects.order_by("job_id").values()) == jobs_before
     assert _audit() == audit_before
