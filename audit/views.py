@@ -14,6 +14,7 @@ from django_tables2.paginators import LazyPaginator
 from audit.filters import AuditEventFilter
 from audit.models import AuditEvent
 from audit.tables import AuditEventTable, detail_text
+from console.htmx import wants_fragment
 from console.policy import page
 from console.tables import label_page
 
@@ -53,7 +54,7 @@ def event_list(request: HttpRequest) -> HttpResponse:
         "table": table,
         "export_query": request.GET.urlencode(),
     }
-    template = "audit/event_list.html" + ("#audit-table" if request.htmx else "")
+    template = "audit/event_list.html" + ("#audit-table" if wants_fragment(request) else "")
     return render(request, template, context)
 
 

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from console.htmx import wants_fragment
 from console.policy import page, public
 from inbox import selectors
 from inbox.transitions import db_now
@@ -53,7 +54,7 @@ DASHBOARD_REGIONS: dict[str, Callable[[dt.datetime], dict[str, Any]]] = {
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Counts by state, throughput, alert tiles and active runs; each region polls itself."""
     now = db_now()
-    target = request.htmx.target if request.htmx else None
+    target = request.htmx.target if wants_fragment(request) else None
     if target in DASHBOARD_REGIONS:
         context = {"now": now, **DASHBOARD_REGIONS[target](now)}
         return render(request, f"console/dashboard.html#{target}", context)

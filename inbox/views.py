@@ -17,6 +17,7 @@ from django_htmx.http import trigger_client_event
 from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
+from console.htmx import wants_fragment
 from console.policy import ActionContext, action, page
 from console.tables import label_page
 from inbox import transitions
@@ -45,7 +46,7 @@ MAIN_FILTERS = ("q", "state", "job_type")
 
 def _region(request: HttpRequest, allowed: tuple[str, ...]) -> str | None:
     """The region an HTMX request targets, if it is one of this page's regions."""
-    if not request.htmx:
+    if not wants_fragment(request):
         return None
     target = request.htmx.target or ""
     return target if target in allowed else allowed[0]
@@ -78,7 +79,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "can_retry": request.user.has_perm("inbox.retry_job"),
         "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
     }
-    template = "inbox/job_list.html" + ("#job-table" if request.htmx else "")
+    template = "inbox/job_list.html" + ("#job-table" if wants_fragment(request) else "")
     return render(request, template, context)
 
 
@@ -286,7 +287,7 @@ def _reconcile_preview(params: QueryDict) -> BulkSelection:
 @page(permission="inbox.view_job")
 def bulk_preview(request: HttpRequest) -> HttpResponse:
     """Which rows a bulk action would touch (read only)."""
-    template = "inbox/bulk_preview.html" + ("#bulk-preview" if request.htmx else "")
+    template = "inbox/bulk_preview.html" + ("#bulk-preview" if wants_fragment(request) else "")
     return render(request, template, _bulk_context(request, request.GET))
 
 
@@ -334,7 +335,7 @@ def _apply_bulk(
 def _bulk_result(
     request: HttpRequest, act: ActionContext, outcome: dict[str, list[str]]
 ) -> HttpResponse:
-    if request.htmx:
+    if wants_fragment(request):
         response = render(
             request, "inbox/bulk_preview.html#bulk-result", {"act": act, "outcome": outcome}
         )

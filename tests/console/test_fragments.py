@@ -87,3 +87,13 @@ def test_fragments_pages_have_no_inline_script_or_hx_on(client: Client, job) -> 
             assert "src=" in tag, (url, tag)
         assert "hx-on" not in html, url
         assert "style=" not in html, url
+
+
+def test_fragments_history_restore_gets_full_page(client: Client, job) -> None:
+    """Back button after an htmx history-cache miss: htmx swaps the answer into <body>."""
+    for url, target, _region in _cases(job.job_id):
+        if "lease" in url:
+            continue
+        headers = {**hx(target), "HX-History-Restore-Request": "true"}
+        html = client.get(url, headers=headers).content.decode()
+        assert html.startswith("<!doctype html>"), url
