@@ -109,7 +109,8 @@ def lease_countdown(
         "text": lease_text(remaining) if held else "not held",
         "expired": remaining is not None and remaining < 0,
         "held": held and remaining is not None,
-        "url": url,
+        # Only a held lease polls; the page's summary region notices a new claim.
+        "url": url if held else "",
         "poll": f"every {int(poll_seconds)}s",
     }
 

@@ -124,3 +124,11 @@ def test_dashboard_runs_show_lease_bar(client, viewer) -> None:
     assert '<progress max="120"' in html
     assert "consolidator-1" in html
     assert 'href="/runs/?store=notes"' in html
+
+
+def test_dashboard_stopped_worker_is_not_dead() -> None:
+    now = transitions.db_now()
+    for worker_id, status in (("w-stopped", "stopped"), ("w-alive", "running")):
+        Worker.objects.create(worker_id=worker_id, kind="executor", host="h", pid=1, status=status)
+    Worker.objects.filter(worker_id="w-stopped").update(last_seen_at=now - dt.timedelta(days=1))
+    assert selectors.dashboard_alerts(transitions.db_now()).dead_workers == 0
