@@ -85,7 +85,10 @@ def get_consolidator(path: str | None = None) -> Consolidator:
         factory = import_string(path)
     except ImportError as exc:
         raise ConsolidatorError(f"RUNS_CONSOLIDATOR={path!r} cannot be imported: {exc}") from exc
-    consolidator = factory() if callable(factory) else factory
+    try:
+        consolidator = factory() if callable(factory) else factory
+    except Exception as exc:  # any failure to build it is a configuration problem
+        raise ConsolidatorError(f"RUNS_CONSOLIDATOR={path!r} could not be built: {exc}") from exc
     if not isinstance(consolidator, Consolidator):
         raise ConsolidatorError(
             f"RUNS_CONSOLIDATOR={path!r} does not provide name, check, plan, decide and apply"
