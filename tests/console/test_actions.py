@@ -217,3 +217,39 @@ def test_bulk_reconcile_confirms_absent_objects_and_skips_present(
     event = AuditEvent.objects.get(job_id=gone.job_id, event_type=EventType.RECONCILED)
     assert (event.actor, event.detail["reason"]) == ("ops", "vault checked")
     assert Job.objects.get(job_id=kept.job_id).state == JobState.OUTCOME_UNKNOWN
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_concurrent_double_submit_acts_once() -> None:
+    """Two requests with one request id at the same moment (a double click on two
+    connections): the unique request id lets exactly one act; the other re-renders."""
+    import threading
+
+    from django.db import connections
+
+    from tests.console.pagekit import make_user
+
+    job = make_job("save", state=JobState.FAILED)
+    user = make_user("ops", "operator")
+    url = reverse("inbox:job_retry", args=[job.job_id])
+    form = action_form("double click")
+    barrier = threading.Barrier(2)
+    bodies: list[str] = []
+
+    def submit() -> None:
+        client = Client()
+        client.force_login(user)
+        barrier.wait()
+        try:
+            bodies.append(client.post(url, form, headers=hx("job-actions")).content.decode())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=submit) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(bodies) == 2
+    assert len(_retried(job.job_id)) == 1
+    assert sum("Already done" in body for body in bodies) == 1
