@@ -31,6 +31,9 @@ class JobTable(tables.Table):
         verbose_name="Worker", orderable=False, attrs=NARROW_HIDDEN, default="—"
     )
     attempt_count = tables.Column(verbose_name="Tries", orderable=False, attrs=NARROW_HIDDEN)
+    lease = tables.Column(
+        verbose_name="Lease", accessor="lease_until", orderable=False, attrs=NARROW_HIDDEN
+    )
     on_expiry = tables.Column(
         verbose_name="On lease expiry", accessor="job_type", orderable=False, empty_values=()
     )
@@ -56,6 +59,7 @@ class JobTable(tables.Table):
             "mission_id",
             "worker_id",
             "attempt_count",
+            "lease",
             "on_expiry",
             "created_at",
             "updated_at",

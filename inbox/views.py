@@ -76,6 +76,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
             request.GET.get(name) for name in FILTER_FIELDS if name not in MAIN_FILTERS
         ),
         "bulk_limit": BULK_LIMIT_MAX,
+        # Lease cells count down from the database clock, like the detail page.
+        "now": transitions.db_now(),
+        "held_states": HELD_STATES,
         "can_retry": request.user.has_perm("inbox.retry_job"),
         "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
     }

@@ -91,6 +91,18 @@ def lease_text(remaining: int | None, *, expired_label: str = "awaiting sweep") 
     return f"expired {-remaining} s ago — {expired_label}"
 
 
+@register.filter
+def seconds_left(lease_until: dt.datetime | None, now: dt.datetime) -> int | None:
+    """Whole seconds until ``lease_until`` by the database clock (negative once lapsed)."""
+    return _seconds_between(lease_until, now)
+
+
+@register.filter
+def lease_words(remaining: int | None) -> str:
+    """ "12 s left" / "expired 3 s ago — awaiting sweep" (console.js writes the same words)."""
+    return lease_text(remaining)
+
+
 @register.inclusion_tag("components/lease-countdown.html")
 def lease_countdown(
     *,

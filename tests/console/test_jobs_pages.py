@@ -206,3 +206,13 @@ def test_job_list_lapsed_filter_shows_only_lapsed_leases(client, viewer) -> None
     assert lapsed.job_id in html
     assert fresh.job_id not in html
     assert fresh.job_id in _list(client, lease="held")
+
+
+def test_job_list_shows_lease_countdown_for_held_rows(client, viewer) -> None:
+    now = transitions.db_now()
+    lapsed = make_job("save", state=JobState.CLAIMED, at=now - dt.timedelta(seconds=300))
+    done = make_job("save", state=JobState.SUCCEEDED)
+    html = _list(client, q=lapsed.job_id)
+    assert f'id="lease-row-{lapsed.job_id}"' in html
+    assert "awaiting sweep" in html
+    assert "lease-row-" not in _list(client, q=done.job_id)
