@@ -50,12 +50,32 @@ def fast_passwords(settings) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def ensure_roles() -> None:
+    """The role groups as the roles migration makes them.
+
+    A transactional test's flush empties every table, the migration's groups included (Django
+    re-creates only content types and permissions); the next one needs them back.
+    """
+    from django.contrib.auth.models import Group, Permission
+
+    from console.roles import ROLES
+
+    for role, perms in ROLES.items():
+        group, created = Group.objects.get_or_create(name=role)
+        if created:
+            for app_label, _model, codename in perms:
+                group.permissions.add(
+                    Permission.objects.get(content_type__app_label=app_label, codename=codename)
+                )
+
+
 @pytest.fixture
 def role_users(db, fast_passwords) -> dict[str, object]:
-    """One user per console role (groups come from the roles migration)."""
+    """One user per console role (groups from the roles migration, restored after a flush)."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
+    ensure_roles()
     User = get_user_model()
     users = {}
     for name, role in ROLE_USERS.items():
@@ -96,8 +116,11 @@ def browser_pages(
         size = viewport or WIDE
         key = (username, f"{size['width']}x{size['height']}")
         if key not in contexts:
+            from django.contrib.auth import get_user_model
+
             client = Client()
-            client.force_login(role_users[username])
+            # Fresh from the database: a seed may have re-set the password since the fixture.
+            client.force_login(get_user_model().objects.get(username=username))
             cookie = client.cookies["sessionid"]
             context = browser.new_context(**{**browser_context_args, "viewport": size})
             context.set_default_timeout(10_000)
