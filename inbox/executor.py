@@ -299,27 +299,20 @@ class Executor:
     def _turn(self) -> bool:
         """One claim-and-run turn; False when the loop should end."""
         self._maybe_beat()
+        self._maybe_progress()
         if self._db_trouble:
             self._release_orphans()
             self._db_trouble = False
         if self.sweep_every and self._turns % self.sweep_every == 0:
             self._sweep()
-        pause = scope_service.pause_of(self.scope)
-        if pause is not None:
-            if not self._paused_said:
-                self._say(
-                    f"scope {self.scope} is paused by {pause.changed_by} ({pause.reason}); "
-                    "not claiming"
-                )
-                self._paused_said = True
-            if self.exit_when_idle:
-                return False
-            self._stop.wait(self.poll)
-            return True
-        if self._paused_said:
-            self._say(f"scope {self.scope} resumed; claiming again")
-            self._paused_said = False
-        if not self._pending:  # jobs left over from a turn a database error cut short go first
+        # Jobs left over from a turn a database error cut short are already ours: run them
+        # first, paused or not (a pause stops claiming, not the work in hand).
+        if not self._pending:
+            if self._paused():
+                if self.exit_when_idle:
+                    return False
+                self._stop.wait(self.poll)
+                return True
             limit = self.batch
             if self.max_jobs is not None:
                 limit = min(limit, self.max_jobs - self.stats.processed)
@@ -332,7 +325,6 @@ class Executor:
                 limit=limit,
             )
             if not jobs:
-                self._maybe_progress()
                 if self.exit_when_idle:
                     return False
                 self._stop.wait(self.poll)
@@ -350,6 +342,18 @@ class Executor:
             self._maybe_progress()
             self._maybe_beat()
         return not (self.max_jobs is not None and self.stats.processed >= self.max_jobs)
+
+    def _paused(self) -> bool:
+        """Is the scope paused? Says so once per pause, and once when it is resumed."""
+        pause = scope_service.pause_of(self.scope)
+        if pause is not None and not self._paused_said:
+            self._say(
+                f"scope {self.scope} is paused by {pause.changed_by} ({pause.reason}); not claiming"
+            )
+        elif pause is None and self._paused_said:
+            self._say(f"scope {self.scope} resumed; claiming again")
+        self._paused_said = pause is not None
+        return self._paused_said
 
     # --- one job ----------------------------------------------------------------------------
 
