@@ -191,6 +191,8 @@ class Page:
     unbounded_counts: list[str] = field(default_factory=list)
     slowest_sql: str = ""
     error: str = ""
+    sql_ms: list[float] = field(default_factory=list)
+    profile: str = ""
 
     @property
     def p50(self) -> float:
@@ -248,7 +250,55 @@ def check_fingerprints(sample: int = 200) -> str:
     return f"{len(jobs) - len(bad)}/{len(jobs)} sampled jobs pass the product's fingerprint check"
 
 
-def measure(pages: list[Page], *, requests: int, warmup: int) -> None:
+class SqlTimer:
+    """An execute wrapper summing the time spent in the database driver."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+# Where a page's time goes, by the file a function lives in (self time).
+PROFILE_GROUPS = (
+    ("django-tables2", "/django_tables2/"),
+    ("template rendering", "/django/template/"),
+    ("ORM (query building, model instances)", "/django/db/models/"),
+    ("database driver (psycopg, waiting on PostgreSQL)", "/psycopg/"),
+    ("admin", "/django/contrib/admin/"),
+    ("inspect (signature lookups)", "/inspect.py"),
+    ("project code", "/work/"),
+)
+
+
+def profile_page(client: Any, page: Page, headers: dict[str, str], runs: int = 5) -> str:
+    """cProfile a few requests; the share of self time by library names the bottleneck."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for i in range(runs):
+        client.get(page.urls[i % len(page.urls)], headers=headers)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = stats.total_tt or 1.0
+    shares: dict[str, float] = {}
+    for (file, _line, _func), (_cc, _nc, tt, _ct, _callers) in stats.stats.items():
+        group = next((name for name, key in PROFILE_GROUPS if key in file), "other")
+        if group == "project code" and "site-packages" in file:
+            group = "other"
+        shares[group] = shares.get(group, 0.0) + tt
+    top = sorted(shares.items(), key=lambda kv: -kv[1])[:5]
+    return ", ".join(f"{name} {tt / total * 100:.0f} %" for name, tt in top)
+
+
+def measure(pages: list[Page], *, requests: int, warmup: int, profile: float = 0.0) -> None:
     from django.contrib.auth import get_user_model
     from django.core.signals import got_request_exception
     from django.db import connection
@@ -287,10 +337,15 @@ def measure(pages: list[Page], *, requests: int, warmup: int) -> None:
             page.slowest_sql = f"{float(slowest['time']) * 1000:.0f} ms: {slowest['sql'][:160]}"
         for i in range(requests):
             url = page.urls[i % len(page.urls)]
-            start = time.perf_counter()
-            response = client.get(url, headers=headers)
-            page.times_ms.append((time.perf_counter() - start) * 1000)
+            timer = SqlTimer()
+            with connection.execute_wrapper(timer):
+                start = time.perf_counter()
+                response = client.get(url, headers=headers)
+                page.times_ms.append((time.perf_counter() - start) * 1000)
+            page.sql_ms.append(timer.seconds * 1000)
             page.statuses.add(response.status_code)
+        if profile and page.p50 >= profile:
+            page.profile = profile_page(client, page, headers)
         if errors:
             page.error = errors[0][:200]
         bl.say(
@@ -327,6 +382,7 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
                 round(p.p50, 1),
                 round(p.p95, 1),
                 p.queries,
+                round(bl.median(p.sql_ms), 1),
                 sum(1 for q in p.unbounded_counts if _full_table(q)),
                 len(p.unbounded_counts),
                 ", ".join(map(str, sorted(p.statuses))),
@@ -350,6 +406,7 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
                 "p50 ms",
                 "p95 ms",
                 "queries",
+                "SQL ms (median)",
                 "full-table COUNT",
                 "COUNT w/o LIMIT",
                 "HTTP",
@@ -369,6 +426,14 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
         f"{bl.ratio(stock.p50, ours_admin.p50):.1f}× faster at p50 "
         f"({bl.ratio(stock.p95, ours_admin.p95):.1f}× at p95). Goal: ≥ 5×."
     )
+    profiled = [(p.name, round(p.p50, 1), p.profile) for p in pages if p.profile]
+    if profiled:
+        out += [
+            "",
+            "## Where the slow pages spend their time (cProfile, share of self time)",
+            "",
+            bl.table(["page", "p50 ms", "self time by library"], profiled),
+        ]
     out += ["", "## Slowest query of each page (one captured request)", ""]
     out.append(
         bl.table(
@@ -414,6 +479,12 @@ def parse_args() -> argparse.Namespace:
         help="skip the load when the database already holds these counts",
     )
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--profile-over",
+        type=float,
+        default=50.0,
+        help="cProfile pages whose p50 is at least this many ms (50; 0 = never)",
+    )
     return parser.parse_args()
 
 
@@ -441,7 +512,7 @@ def main() -> None:
     t = targets(args.requests)
     pages = build_pages(t)
     bl.say(f"console: {args.requests} requests per page")
-    measure(pages, requests=args.requests, warmup=args.warmup)
+    measure(pages, requests=args.requests, warmup=args.warmup, profile=args.profile_over)
     body = report(pages, args, notes)
     bl.say()
     bl.say("\n".join(body))

@@ -3,9 +3,9 @@
 Each benchmark prints its table and writes bench/results/<name>-<timestamp>.md. The full-size
 runs are the scripts' own defaults (see bench/README.md); this runner only shrinks them:
 
-    throughput  --jobs 800 (K = 1, 2, 4; 3 repeats; PostgreSQL and SQLite; peers included)
+    throughput  --jobs 400 (K = 1, 2, 4; 3 repeats; PostgreSQL and SQLite; peers included)
     console     --jobs 20000 --events 60000 (30 requests per page)
-    memory      --jobs 10000 (RSS after 1,000 vs after 10,000 jobs)
+    memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
 
 Pass --full to run the full sizes instead (about an hour), or --only NAME to pick one.
 PostgreSQL-only parts are skipped with a note when PostgreSQL is not reachable.
@@ -21,9 +21,9 @@ import time
 import benchlib as bl
 
 SMALL = {
-    "throughput": ["--jobs", "800"],
+    "throughput": ["--jobs", "400"],
     "console": ["--jobs", "20000", "--events", "60000"],
-    "memory": ["--jobs", "10000"],
+    "memory": ["--jobs", "5000"],
 }
 
 
