@@ -108,6 +108,8 @@ class Job(models.Model):
             models.Index(fields=["state", "created_at", "job_id"], name="job_state_created_idx"),
             models.Index(fields=["created_at", "job_id"], name="job_created_idx"),
             models.Index(fields=["state", "updated_at"], name="job_state_updated_idx"),
+            # The console's "sort by updated" over all states.
+            models.Index(fields=["updated_at", "job_id"], name="job_updated_idx"),
             models.Index(fields=["object_id"], name="job_object_idx"),
             models.Index(fields=["mission_id"], name="job_mission_idx"),
             models.Index(fields=["worker_id"], name="job_worker_idx"),
