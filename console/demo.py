@@ -95,8 +95,9 @@ class Supervisor:
 
     def _pump(self, child: _Child, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            self.say(child.spec.name, line)
+        with proc.stdout:
+            for line in proc.stdout:
+                self.say(child.spec.name, line)
 
     # --- lifecycle ---------------------------------------------------------------------------
 

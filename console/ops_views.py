@@ -187,7 +187,8 @@ def runs(request: HttpRequest) -> HttpResponse:
             raise Http404(f"no runs for store {store!r}")
         return render(request, f"{RUNS}#store-live", {"card": cards[0]})
     template = _region(request, RUNS, {"runs-stores"}, "runs-stores")
-    return render(request, template, {"cards": sel.store_cards()})
+    # ``?store=`` (the audit log links runs this way) narrows the page to that store.
+    return render(request, template, {"cards": sel.store_cards(store=store), "store": store})
 
 
 @action(permission="runs.close_run", region="store-card", needs_reason=True)

@@ -377,3 +377,11 @@ def test_post_pause_scope_as_viewer_is_403_and_scope_keeps_running(as_user):
     )
     assert response.status_code == 403
     assert not is_paused("save")
+
+
+def test_get_runs_with_store_shows_only_that_store(as_user):
+    stuck_run("archive")
+    stuck_run("other")
+    body = as_user("viewer").get("/runs/?store=archive").content.decode()
+    assert dom_id("store", "archive") in body
+    assert dom_id("store", "other") not in body
