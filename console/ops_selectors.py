@@ -19,7 +19,7 @@ from audit.models import AuditEvent
 from inbox import vault
 from inbox.errors import InboxError
 from inbox.jobtypes import scopes as job_scopes
-from inbox.models import Approval, Job, JobState, ScopePause, Worker
+from inbox.models import Approval, Job, JobState, ScopePause, Worker, WorkerStatus
 from inbox.transitions import db_now
 from inbox.workers import is_alive, worker_rows
 
@@ -316,7 +316,10 @@ class WorkersPage:
     workers: list[Worker]
     scopes: list[ScopeRow]
     alive: int
+    # Silent past their deadline without saying goodbye (crashed, killed, host gone).
     dead: int
+    # Marked themselves stopped on the way out: gone, but not a problem.
+    stopped: int
     now: dt.datetime
 
 
@@ -359,11 +362,13 @@ def workers_page() -> WorkersPage:
     now = db_now()
     workers = worker_rows(now)
     alive = sum(1 for w in workers if w.alive)
+    stopped = sum(1 for w in workers if not w.alive and w.status == WorkerStatus.STOPPED)
     return WorkersPage(
         workers=workers,
         scopes=scope_rows(workers),
         alive=alive,
-        dead=len(workers) - alive,
+        dead=len(workers) - alive - stopped,
+        stopped=stopped,
         now=now,
     )
 

@@ -385,3 +385,27 @@ def test_get_runs_with_store_shows_only_that_store(as_user):
     body = as_user("viewer").get("/runs/?store=archive").content.decode()
     assert dom_id("store", "archive") in body
     assert dom_id("store", "other") not in body
+
+
+def test_get_workers_tells_dead_from_cleanly_stopped(as_user):
+    import time
+
+    from inbox.workers import mark_stopped, register_worker
+
+    register_worker(worker_id="w-here", kind="executor", scope="save")
+    register_worker(worker_id="w-bye", kind="executor", scope="save")
+    mark_stopped(worker_id="w-bye")
+    # Dead after 3 × poll + lease = 0 s: silent from the next instant on.
+    register_worker(
+        worker_id="w-gone", kind="executor", scope="save", poll_seconds=0, lease_seconds=0
+    )
+    time.sleep(0.01)
+    body = as_user("viewer").get("/workers/").content.decode()
+
+    def row(worker_id: str) -> str:
+        return body.split(f">{worker_id}</td>")[1].split("</tr>")[0]
+
+    assert "alive" in row("w-here")
+    assert "stopped" in row("w-bye") and "dead" not in row("w-bye")
+    assert "dead" in row("w-gone")
+    assert "1 alive" in body and "1 dead" in body and "1 stopped" in body

@@ -145,6 +145,9 @@ class Command(BaseCommand):
                     options["store"],
                     "--lease",
                     str(options["run_lease"]),
+                    # Plan again soon after a run completes: new duplicates keep arriving.
+                    "--idle",
+                    "15",
                 ),
             ),
         ]
