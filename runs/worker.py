@@ -149,8 +149,10 @@ class ConsolidatorWorker:
             )
         except ConsolidatorError as exc:
             return self._defer(group.id, f"decide failed: {exc}")
-        if any(decisions.get(m.id) == Disposition.DEFER for m in served.members):
-            # The consolidator wants the group put aside as a whole (e.g. its keeper changed).
+        open_members = [m for m in served.members if m.disposition is None]
+        if open_members and all(decisions.get(m.id) == Disposition.DEFER for m in open_members):
+            # The consolidator wants the group put aside as a whole (e.g. its keeper changed);
+            # a single deferred member is disposed ``defer`` like any other disposition.
             return self._defer(group.id, "consolidator deferred the group")
         for member in served.members:
             if member.disposition is not None:

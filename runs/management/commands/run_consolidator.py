@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 from typing import Any
 
@@ -9,15 +10,18 @@ from django.core.management.base import BaseCommand, CommandError
 
 from inbox.dbcheck import check_worker_database
 from inbox.errors import ConfigurationError
-from runs.errors import ConsolidatorError
+from runs.errors import ConsolidatorError, RunError
 from runs.transitions import DEFAULT_LEASE_SECONDS
 from runs.worker import ConsolidatorWorker
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise ValueError(text)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds >= 1")
     return value
 
 
@@ -85,6 +89,9 @@ class Command(BaseCommand):
             progress = worker.run()
         except ConsolidatorError as exc:
             raise CommandError(f"consolidator error: {exc}") from exc
+        except RunError as exc:
+            # e.g. two active rows for the store: refused, never resolved by picking one.
+            raise CommandError(f"run error: {exc}") from exc
         disposed = ", ".join(f"{n} {d}" for d, n in sorted(progress.disposed.items())) or "none"
         self.stdout.write(
             f"stopped ({progress.stop_reason or 'done'}): {progress.runs_planned} run(s) planned, "
