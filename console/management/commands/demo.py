@@ -50,8 +50,11 @@ class Command(BaseCommand):
     help = (
         "Run the whole demo on the configured database (SQLite under var/ by default): migrate, "
         "seed_demo, then start the web server, a save and a delete executor, the sweeper, the "
-        "auto-reconciler, a consolidator and a trickle of new SAVE jobs, and print the URL and "
-        "the demo password. Ctrl-C stops every process (SIGTERM, wait, report)."
+        "auto-reconciler (first pass after --reconcile-every), a consolidator, and a producer "
+        "that trickles new SAVE jobs in (every fourth batch one is claimed by a simulated "
+        "crashed worker, so a lease lapses and the sweeper recovers it); print the URL and the "
+        "demo password. Ctrl-C or SIGTERM stops every process (SIGTERM, wait, kill stragglers, "
+        "report); a second Ctrl-C stops waiting."
     )
 
     def add_arguments(self, parser) -> None:
