@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django_htmx.http import trigger_client_event
 
 from console import ops_selectors as sel
 from console.policy import ActionContext, action, page
@@ -36,7 +37,7 @@ def _region(request: HttpRequest, template: str, allowed: set[str], default: str
 
 @page(permission="inbox.view_job")
 def reconcile(request: HttpRequest) -> HttpResponse:
-    template = _region(request, RECONCILE, {"reconcile-queue"}, "reconcile-queue")
+    template = _region(request, RECONCILE, {"reconcile-queue", "reconcile-auto"}, "reconcile-queue")
     return render(request, template, {"queue": sel.reconcile_queue()})
 
 
@@ -44,7 +45,11 @@ def _case_response(request: HttpRequest, job_id: str, act: ActionContext) -> Htt
     case = sel.unknown_case(job_id)
     if case is None:
         raise Http404(f"job {job_id!r} does not exist")
-    return render(request, f"{RECONCILE}#unknown-case", {"case": case, "act": act})
+    response = render(request, f"{RECONCILE}#unknown-case", {"case": case, "act": act})
+    if act.results:
+        # The bulk preview above the queue is stale now; it reloads itself on this event.
+        trigger_client_event(response, "reconcile-changed")
+    return response
 
 
 @action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)

@@ -409,3 +409,15 @@ def test_get_workers_tells_dead_from_cleanly_stopped(as_user):
     assert "stopped" in row("w-bye") and "dead" not in row("w-bye")
     assert "dead" in row("w-gone")
     assert "1 alive" in body and "1 dead" in body and "1 stopped" in body
+
+
+def test_post_case_action_asks_the_bulk_preview_to_reload(as_user):
+    job = unknown_delete(present=False)
+    client = as_user("operator")
+    response = client.post(
+        f"/reconcile/{job.job_id}/confirm-deleted", {"request_id": rid(), "reason": "gone"}
+    )
+    assert "reconcile-changed" in response["HX-Trigger"]
+    preview = client.get("/reconcile/", **htmx("reconcile-auto"))
+    assert preview.content.lstrip().startswith(b'<section id="reconcile-auto"')
+    assert job.job_id not in preview.content.decode()
