@@ -22,15 +22,18 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import close_old_connections
 
+from inbox import workers as heartbeats
 from runs import transitions
 from runs.consolidators import Consolidator, get_consolidator
 from runs.errors import ConsolidatorError, GroupExpired, RunError
 from runs.models import Disposition, RunStatus
+from runs.selectors import group_counts_by_run
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,7 @@ class ConsolidatorWorker:
         self.progress = Progress()
         self._stop = threading.Event()
         self._run_id = ""
+        self._last_beat = 0.0
 
     # --- signals ----------------------------------------------------------------------------
 
@@ -99,8 +103,49 @@ class ConsolidatorWorker:
             f"consolidator {self.worker_id} on store {self.store!r} "
             f"(lease {self.lease_seconds}s, {self.consolidator.name})"
         )
+        heartbeats.register_worker(
+            worker_id=self.worker_id,
+            kind="consolidator",
+            scope=self.store[:32],
+            # A long group decision or an idle wait must not make the row look dead.
+            poll_seconds=max(self.idle_seconds, 1.0),
+            lease_seconds=self.lease_seconds,
+            host=self.host,
+            pid=self.pid,
+        )
+        try:
+            self._loop()
+        finally:
+            try:
+                self._close_own_run()
+                heartbeats.mark_stopped(worker_id=self.worker_id, jobs_done=self._done_count())
+            except Exception:
+                # Never mask the error that ended the loop; the run will expire on its own.
+                log.exception("consolidator %s: cleanup on stop failed", self.worker_id)
+        return self.progress
+
+    def _done_count(self) -> int:
+        return sum(self.progress.disposed.values())
+
+    def _beat(self, *, force: bool = False) -> None:
+        """Heartbeat at most once a second (never per member on a fast run)."""
+        now = time.monotonic()
+        if force or now - self._last_beat >= 1.0:
+            heartbeats.beat(worker_id=self.worker_id, jobs_done=self._done_count())
+            self._last_beat = now
+
+    def _idle(self) -> None:
+        """Wait ``idle_seconds`` (or until told to stop), beating meanwhile."""
+        deadline = time.monotonic() + self.idle_seconds
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
+            self._stop.wait(min(left, 5.0))
+            close_old_connections()
+            self._beat(force=True)
+
+    def _loop(self) -> None:
         while not self.stopping:
             close_old_connections()
+            self._beat()
             if self._run_id and self._taken_over():
                 break
             served = transitions.next_group(
@@ -114,7 +159,7 @@ class ConsolidatorWorker:
             self._run_id = served.run.run_id
             if served.planned:
                 self.progress.runs_planned += 1
-                counts = transitions._group_counts(served.run.run_id)
+                counts = group_counts_by_run([served.run.run_id])[served.run.run_id]
                 self.say(
                     f"planned run {served.run.run_id}: {sum(counts.values())} group(s), "
                     f"lease until {served.run.expires_at.isoformat()}"
@@ -124,14 +169,12 @@ class ConsolidatorWorker:
                 if self.once:
                     self.request_stop("run complete (--once)")
                     break
-                self._stop.wait(self.idle_seconds)
+                self._idle()
                 continue
             if served.group is None:
                 continue
             if not self._work_group(served):
                 break
-        self._close_own_run()
-        return self.progress
 
     def _completed(self, run_id: str) -> None:
         self.progress.runs_completed += 1
@@ -175,6 +218,7 @@ class ConsolidatorWorker:
                 return self._defer(group.id, f"apply failed for {member.item_ref!r}: {exc}")
             counts = self.progress.disposed
             counts[disposition] = counts.get(disposition, 0) + 1
+            self._beat()
             job = result.applied.get("job_id")
             extra = ""
             if job:
@@ -186,7 +230,7 @@ class ConsolidatorWorker:
                 if self.once:
                     self.request_stop("run complete (--once)")
                     return False
-                self._stop.wait(self.idle_seconds)
+                self._idle()
         return True
 
     def _defer(self, group_id: int, reason: str) -> bool:
