@@ -145,7 +145,7 @@ def reconcile_auto(request: HttpRequest, *, act: ActionContext):
 
 @page(permission="inbox.view_approval")
 def approvals(request: HttpRequest) -> HttpResponse:
-    template = _region(request, APPROVALS, {"approvals-queue"}, "approvals-queue")
+    template = _region(request, APPROVALS, {"approvals-queue", "pending-count"}, "approvals-queue")
     return render(
         request, template, {"page": sel.approvals_page(username=request.user.get_username())}
     )
@@ -155,7 +155,11 @@ def _approval_response(request: HttpRequest, job_id: str, act: ActionContext) ->
     item = sel.approval_item(job_id, username=request.user.get_username())
     if item is None:
         raise Http404(f"job {job_id!r} does not exist")
-    return render(request, f"{APPROVALS}#approval-row", {"item": item, "act": act})
+    response = render(request, f"{APPROVALS}#approval-row", {"item": item, "act": act})
+    if act.results:
+        # One fewer pending: the count in the heading reloads itself on this event.
+        trigger_client_event(response, "approvals-changed")
+    return response
 
 
 @action(permission="inbox.approve_delete", region="approval-row", needs_reason=True)

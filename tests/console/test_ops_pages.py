@@ -256,6 +256,7 @@ def test_post_approve_as_approver_makes_job_ready_and_records_reason(as_user):
         f"/approvals/{job.job_id}/approve", {"request_id": rid(), "reason": "duplicate copy"}
     )
     assert response.status_code == 200
+    assert "approvals-changed" in response["HX-Trigger"]
     job.refresh_from_db()
     assert job.state == JobState.READY
     event = AuditEvent.objects.get(job_id=job.job_id, event_type=EventType.APPROVED)
@@ -421,3 +422,10 @@ def test_post_case_action_asks_the_bulk_preview_to_reload(as_user):
     preview = client.get("/reconcile/", **htmx("reconcile-auto"))
     assert preview.content.lstrip().startswith(b'<section id="reconcile-auto"')
     assert job.job_id not in preview.content.decode()
+
+
+def test_get_pending_count_region_renders_only_the_count(as_user):
+    make_job("delete", JobState.CREATED, requested_by="operator")
+    response = as_user("viewer").get("/approvals/", **htmx("pending-count"))
+    assert response.content.strip().startswith(b'<span id="pending-count"')
+    assert b">1</span>" in response.content
