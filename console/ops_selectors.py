@@ -68,6 +68,8 @@ class UnknownCase:
 
     @property
     def verdict(self) -> str:
+        if not self.is_open:
+            return "decided"
         ev = self.evidence
         if ev is None:
             return "unknown"

@@ -37,7 +37,9 @@ def _region(request: HttpRequest, template: str, allowed: set[str], default: str
 
 @page(permission="inbox.view_job")
 def reconcile(request: HttpRequest) -> HttpResponse:
-    template = _region(request, RECONCILE, {"reconcile-queue", "reconcile-auto"}, "reconcile-queue")
+    template = _region(
+        request, RECONCILE, {"reconcile-queue", "reconcile-auto", "queue-count"}, "reconcile-queue"
+    )
     return render(request, template, {"queue": sel.reconcile_queue()})
 
 

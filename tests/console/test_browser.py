@@ -13,6 +13,7 @@ import re
 import uuid
 
 import pytest
+from playwright.sync_api import expect
 
 from audit.models import AuditEvent, EventType
 from console.ops_selectors import dom_id
@@ -137,6 +138,10 @@ def test_reconcile_unknown_outcome_puts_username_and_reason_in_the_audit_log(
     case.get_by_role("button", name="Confirm deleted").click()
     page.locator(f"#{dom_id('case', job.job_id)}").get_by_text("Confirmed deleted").wait_for()
     assert Job.objects.get(job_id=job.job_id).state == JobState.RECONCILED
+    # The queue count and the bulk preview reload themselves after the decision.
+    expect(page.locator("#queue-count")).to_have_text("0")
+    expect(page.locator("#reconcile-auto")).to_contain_text("the queue is empty")
+    screenshot(page, "reconcile-decided-1280")
 
     page.goto(f"{live_server.url}/audit/?job={job.job_id}&type=RECONCILED")
     row = page.locator("#audit-table tbody tr").first
@@ -254,6 +259,7 @@ def test_viewer_gets_403_on_every_action_and_nothing_changes(browser_pages, live
         [f"/reconcile/{gone.job_id}/confirm-deleted", f"#{case_id}"],
     )
     page.locator(".forbidden").get_by_text("inbox.reconcile_job").wait_for()
+    screenshot(page, "reconcile-viewer-forbidden-1280")
     assert _snapshot() == before
 
 

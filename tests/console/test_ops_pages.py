@@ -422,6 +422,9 @@ def test_post_case_action_asks_the_bulk_preview_to_reload(as_user):
     preview = client.get("/reconcile/", **htmx("reconcile-auto"))
     assert preview.content.lstrip().startswith(b'<section id="reconcile-auto"')
     assert job.job_id not in preview.content.decode()
+    count = client.get("/reconcile/", **htmx("queue-count"))
+    assert count.content.strip().startswith(b'<span id="queue-count"')
+    assert b">0</span>" in count.content
 
 
 def test_get_pending_count_region_renders_only_the_count(as_user):
