@@ -146,13 +146,17 @@ def _seed() -> str:
 @pytest.mark.django_db
 def test_seed_demo_run_twice_writes_nothing_the_second_time(seeded_env):
     from audit.models import AuditEvent
-    from inbox.models import Job
+    from inbox.models import Job, Worker
     from runs.models import Run
 
+    def counts() -> tuple:
+        workers = sorted(Worker.objects.values_list("worker_id", "last_seen_at", "status"))
+        return (Job.objects.count(), AuditEvent.objects.count(), Run.objects.count(), workers)
+
     _seed()
-    before = (Job.objects.count(), AuditEvent.objects.count(), Run.objects.count())
+    before = counts()
     second = _seed()
-    after = (Job.objects.count(), AuditEvent.objects.count(), Run.objects.count())
+    after = counts()
     assert after == before
     assert "0 seeded" in second
 

@@ -320,6 +320,32 @@ class Seeder:
         return made, skipped
 
 
+def seed_workers() -> list[str]:
+    """Heartbeat rows for the seed's workers: one that stopped cleanly, one that died holding
+    jobs (it goes silent now, so within seconds the console shows it dead while the leases
+    of its jobs still run). Rows that exist are left alone."""
+    from inbox.models import Worker
+    from inbox.workers import beat, mark_stopped, register_worker
+
+    made = []
+    if not Worker.objects.filter(worker_id=SEED_WORKER).exists():
+        register_worker(worker_id=SEED_WORKER, kind="executor", scope="save", host="seed")
+        mark_stopped(worker_id=SEED_WORKER, jobs_done=6, jobs_failed=1)
+        made.append(SEED_WORKER)
+    if not Worker.objects.filter(worker_id=LOST_WORKER).exists():
+        register_worker(
+            worker_id=LOST_WORKER,
+            kind="executor",
+            scope="save",
+            host="seed",
+            poll_seconds=1.0,
+            lease_seconds=10,
+        )
+        beat(worker_id=LOST_WORKER, current_job_id="seed-save-changelog")
+        made.append(LOST_WORKER)
+    return made
+
+
 def seed_stuck_run() -> str | None:
     """A run on ``archive`` whose owner died with a long lease: an operator closes it."""
     from runs.models import Run
@@ -360,9 +386,12 @@ class Command(BaseCommand):
         try:
             made, skipped = Seeder(lease_seconds=options["lease"]).run(self.stdout.write)
             run_id = seed_stuck_run()
+            workers = seed_workers()
         except InboxError as exc:
             raise CommandError(f"seeding refused: {exc}") from exc
         self.stdout.write(f"jobs: {made} seeded, {skipped} already there")
+        if workers:
+            self.stdout.write(f"workers: {', '.join(workers)} (heartbeat rows)")
         if run_id:
             self.stdout.write(f"run: {run_id} on '{STUCK_STORE}' (stuck: its owner is gone)")
         counts = {s: Job.objects.filter(state=s).count() for s in JobState}
