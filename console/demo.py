@@ -273,7 +273,9 @@ class Trickle:
         self.created = 0
 
     def _doc(self, n: int) -> dict:
-        duplicate = self.rng.random() < 0.3
+        # Now and then a body another object already has: work for the consolidator (each
+        # duplicate becomes a DELETE awaiting approval, so not too often).
+        duplicate = self.rng.random() < 0.2
         body = (
             self.rng.choice(_BODIES)
             if duplicate

@@ -226,6 +226,7 @@ def _snapshot() -> tuple:
 def test_viewer_gets_403_on_every_action_and_nothing_changes(browser_pages, live_server):
     gone = unknown_delete(present=False)
     pending = make_job("delete", JobState.CREATED, requested_by="operator")
+    failed = make_job("save", JobState.FAILED)
     run = stuck_run("archive")
     before = _snapshot()
     page = browser_pages("viewer")
@@ -244,6 +245,9 @@ def test_viewer_gets_403_on_every_action_and_nothing_changes(browser_pages, live
         f"/runs/{run.run_id}/close",
         "/workers/scopes/save/pause",
         "/workers/scopes/save/resume",
+        f"/jobs/{failed.job_id}/retry/",
+        "/jobs/bulk/retry/",
+        "/jobs/bulk/reconcile/",
     ]
     for url in actions:
         status, body = post_from_page(
