@@ -28,7 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 
 from inbox import scopes as scope_service
 from inbox import transitions, workers
@@ -173,6 +179,16 @@ class _LeaseKeeper(threading.Thread):
 
 
 @dataclass(frozen=True)
+class _Step:
+    """One job transition the executor wants committed, and how to tell it already was."""
+
+    job: Job
+    what: str
+    call: Callable[[], Any]
+    done: Callable[[], bool]
+
+
+@dataclass(frozen=True)
 class _Verdict:
     ok: bool
     code: str
@@ -221,6 +237,8 @@ class Executor:
         self._stop = threading.Event()
         self._stop_reason = ""
         self._pending: deque[Job] = deque()
+        # The last job's outcome, committed together with the next job's first step.
+        self._carry: _Step | None = None
         self._current = ""
         self._turns = 0
         self._last_beat = 0.0
@@ -341,6 +359,7 @@ class Executor:
                 self._keeper.drop(job.job_id)
             self._maybe_progress()
             self._maybe_beat()
+        self._flush()
         return not (self.max_jobs is not None and self.stats.processed >= self.max_jobs)
 
     def _paused(self) -> bool:
@@ -358,32 +377,43 @@ class Executor:
     # --- one job ----------------------------------------------------------------------------
 
     def _process(self, job: Job) -> None:
+        """Authorize and begin ``job`` (committing the previous job's outcome in the same
+        transaction), run its handler, and keep its outcome to commit with the next step."""
         if self._keeper.is_lost(job.job_id):
             self.stats.lost += 1
             return
         job_type = registry().get(job.job_type)
         verdict = self._authorize(job, job_type)
         if not verdict.ok:
-            self._reject(job, verdict)
-            return
-        try:
-            self._db_step(
-                lambda: transitions.begin_job(
+            step = _Step(
+                job=job,
+                what="reject",
+                call=lambda: transitions.reject_job(
                     job.job_id,
-                    claim_id=job.claim_id,
                     actor=self.worker_id,
-                    lease_seconds=self.lease_seconds,
-                    authorized=verdict.detail,
+                    reason=verdict.why,
+                    result_code=verdict.code,
+                    claim_id=job.claim_id,
                 ),
-                done=lambda: _holds(job, JobState.EXECUTING),
+                done=lambda: _state_of(job) == JobState.REJECTED,
             )
-        except ImmutableFieldDrift as exc:
-            self.stats.lost += 1
-            log.error("job %s: %s; not executing", job.job_id, exc)
+            if self._commit(step) is None:
+                self.stats.rejected += 1
+                log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
             return
-        except InvalidTransition as exc:  # LostClaim included
-            self.stats.lost += 1
-            log.error("LOST FENCE: job %s could not begin: %s", job.job_id, exc)
+        step = _Step(
+            job=job,
+            what="begin",
+            call=lambda: transitions.begin_job(
+                job.job_id,
+                claim_id=job.claim_id,
+                actor=self.worker_id,
+                lease_seconds=self.lease_seconds,
+                authorized=verdict.detail,
+            ),
+            done=lambda: _holds(job, JobState.EXECUTING),
+        )
+        if self._commit(step) is not None:
             return
         self._keeper.refreshed(job.job_id)
         assert job_type is not None  # _authorize refuses unknown types
@@ -407,29 +437,78 @@ class Executor:
         kwargs: dict[str, Any] = {"executed_detail": executed}
         if error:
             kwargs["error"] = error
-        try:
-            self._db_step(
-                lambda: finish(
-                    job.job_id,
-                    claim_id=job.claim_id,
-                    actor=self.worker_id,
-                    result_code=code,
-                    **kwargs,
-                ),
-                done=lambda: _holds(job, outcome),
-            )
-        except InvalidTransition as exc:
+        self._carry = _Step(
+            job=job,
+            what=outcome,
+            call=lambda: finish(
+                job.job_id,
+                claim_id=job.claim_id,
+                actor=self.worker_id,
+                result_code=code,
+                **kwargs,
+            ),
+            done=lambda: _holds(job, outcome),
+        )
+
+    def _commit(self, step: _Step | None) -> Exception | None:
+        """Commit the carried outcome of the previous job and ``step`` in one transaction.
+
+        One commit (one fsync) fewer per job: a job's outcome rides with the next job's begin.
+        Each part is its own savepoint, so a refused part (a lost fence) never undoes the
+        other. Returns the refusal of ``step``, or None when it took effect.
+        """
+        carry = self._carry
+        if carry is None and step is None:
+            return None
+        refusals: dict[str, Exception | None] = {}
+
+        def both() -> None:
+            refusals.clear()
+            with transaction.atomic():
+                for key, part in (("carry", carry), ("step", step)):
+                    if part is None:
+                        continue
+                    try:
+                        part.call()
+                        refusals[key] = None
+                    except (InvalidTransition, ImmutableFieldDrift) as exc:
+                        refusals[key] = exc
+
+        # Both parts commit or neither does; ask about the one that defines "done".
+        last = step if step is not None else carry
+        assert last is not None
+        self._db_step(both, done=last.done)
+        self._carry = None
+        if not refusals:  # the commit went through but its response was lost: assume success
+            refusals = {"carry": None, "step": None}
+        if carry is not None:
+            self._settle(carry, refusals.get("carry"))
+        error = refusals.get("step") if step is not None else None
+        if step is not None and error is not None:
+            self.stats.lost += 1
+            log.error("LOST FENCE: job %s could not %s: %s", step.job.job_id, step.what, error)
+        return error
+
+    def _settle(self, carry: _Step, error: Exception | None) -> None:
+        if error is not None:
             self.stats.lost += 1
             log.error(
-                "LOST FENCE: job %s ran (%s) but its outcome was refused: %s", job.job_id, code, exc
+                "LOST FENCE: job %s ran but its outcome (%s) was refused: %s",
+                carry.job.job_id,
+                carry.what,
+                error,
             )
-            return
-        if outcome == JobState.SUCCEEDED:
+        elif carry.what == JobState.SUCCEEDED:
             self.stats.succeeded += 1
-        elif outcome == JobState.FAILED:
+        elif carry.what == JobState.FAILED:
             self.stats.failed += 1
         else:
             self.stats.unknown += 1
+
+    def _flush(self) -> None:
+        """Commit a carried outcome on its own (end of batch, stop)."""
+        if self._carry is not None:
+            self._commit(None)
 
     def _authorize(self, job: Job, job_type: JobType | None) -> _Verdict:
         if job_type is None:
@@ -448,25 +527,6 @@ class Executor:
                 return _Verdict(False, check.code, check.why, {})
             detail.update(approval_id=job.approval_id, approval=check.why)
         return _Verdict(True, "OK", "", detail)
-
-    def _reject(self, job: Job, verdict: _Verdict) -> None:
-        try:
-            self._db_step(
-                lambda: transitions.reject_job(
-                    job.job_id,
-                    actor=self.worker_id,
-                    reason=verdict.why,
-                    result_code=verdict.code,
-                    claim_id=job.claim_id,
-                ),
-                done=lambda: _state_of(job) == JobState.REJECTED,
-            )
-        except InvalidTransition as exc:
-            self.stats.lost += 1
-            log.error("LOST FENCE: job %s could not be rejected: %s", job.job_id, exc)
-            return
-        self.stats.rejected += 1
-        log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
 
     def _run_handler(self, job: Job, job_type: JobType) -> tuple[str, str, dict[str, Any], str]:
         """(outcome state, result code, detail, error) — never raises."""
@@ -593,6 +653,7 @@ class Executor:
         pending = list(self._pending)
         self._pending.clear()
         try:
+            self._flush()
             if pending:
                 self._maybe_beat(force=True, status=WorkerStatus.STOPPING)
             for job in pending:

@@ -1,4 +1,8 @@
-"""The SLOW_NOOP handler used by executor tests (see ``slow_settings``)."""
+"""Handlers used by executor tests (see ``slow_settings``).
+
+``slow_handler`` records that it started (``SLOW_HANDLER_MARKER``), then sleeps
+``SLOW_HANDLER_SECONDS`` or, with ``SLOW_HANDLER_GATE``, waits until that file exists.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,14 @@ def slow_handler(job) -> HandlerResult:
     if marker:
         with open(marker, "a", encoding="utf-8") as fh:
             fh.write(job.job_id + "\n")
-    time.sleep(float(os.environ.get("SLOW_HANDLER_SECONDS", "0.3")))
+    gate = os.environ.get("SLOW_HANDLER_GATE")
+    if gate:
+        # Hold the job until the test opens the gate (never longer than a minute).
+        deadline = time.monotonic() + 60
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    else:
+        time.sleep(float(os.environ.get("SLOW_HANDLER_SECONDS", "0.3")))
     return HandlerResult("OK", {"slept": True})
 
 

@@ -19,10 +19,11 @@ print(recover_stale_claims_report(at=db_now() + dt.timedelta(hours=1), actor="te
 
 def test_claim_lost_mid_job_outcome_not_recorded_and_job_runs_again(proc_db):
     marker = proc_db.workdir / "started.txt"
+    gate = proc_db.workdir / "gate"
     proc_db.extra_env.update(
         DJANGO_SETTINGS_MODULE="tests.executors.slow_settings",
-        SLOW_HANDLER_SECONDS="2",
         SLOW_HANDLER_MARKER=str(marker),
+        SLOW_HANDLER_GATE=str(gate),
     )
     doc = noop_doc(job_type="SLOW_NOOP")
     seed(proc_db, [doc])
@@ -32,6 +33,7 @@ def test_claim_lost_mid_job_outcome_not_recorded_and_job_runs_again(proc_db):
     wait_for(lambda: marker.exists() and marker.read_text().strip())
     # A sweep that believes the lease lapsed requeues the job while the handler runs.
     assert proc_db.python(STEAL).strip() == "1"
+    gate.touch()  # the handler returns; its holder must find the claim gone
     assert proc.wait(timeout=120) == 0, output_of(proc)
 
     assert "LOST FENCE" in output_of(proc)
