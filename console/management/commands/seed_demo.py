@@ -354,7 +354,8 @@ def seed_stuck_run() -> str | None:
         return None  # seeded once already (maybe closed since): leave its history alone
     from runs.transitions import plan_run
 
-    run = plan_run(store=STUCK_STORE, owner="seed-consolidator-gone", lease_seconds=2 * 3600)
+    # Ten minutes: long enough to need an operator, short enough to watch the bar move.
+    run = plan_run(store=STUCK_STORE, owner="seed-consolidator-gone", lease_seconds=600)
     return run.run_id
 
 
