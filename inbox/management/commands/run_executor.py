@@ -55,7 +55,7 @@ class Command(BaseCommand):
             "--progress-every",
             type=float,
             default=10.0,
-            help="seconds between progress lines (default 10)",
+            help="seconds between progress lines (default 10; values above 10 count as 10)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
