@@ -156,7 +156,14 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Production serves the hashed files `collectstatic` wrote here; development serves straight
+# from the app and project static folders (no collectstatic step, no missing-folder warning).
+STATIC_ROOT = (
+    Path(os.environ.get("STATIC_ROOT", BASE_DIR / "staticfiles"))
+    if PRODUCTION or os.environ.get("STATIC_ROOT")
+    else None
+)
+WHITENOISE_USE_FINDERS = not PRODUCTION
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
