@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -260,14 +261,15 @@ class Executor:
             self._stop.set()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        # Only flags and one raw write here: logging or print() from a signal handler can
+        # re-enter a buffered stream the main thread is writing to.
         name = signal.Signals(signum).name
         if self.stopping:
-            log.warning("%s again: already stopping (finishing job %s)", name, self._current)
+            _raw_stderr(f"{name} again: already stopping (finishing job {self._current})")
             return
-        log.warning(
-            "%s: stopping — finishing the job in hand, releasing %d claimed job(s)",
-            name,
-            len(self._pending),
+        _raw_stderr(
+            f"{name}: stopping — finishing the job in hand, releasing "
+            f"{len(self._pending)} claimed job(s)"
         )
         self.stop(name)
 
@@ -695,6 +697,11 @@ class Executor:
     def _restore_signals(previous: dict[int, Any]) -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _raw_stderr(text: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, f"{text}\n".encode())
 
 
 def _state_of(job: Job) -> str | None:

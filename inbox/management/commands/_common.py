@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import logging
+import os
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
@@ -59,7 +61,9 @@ def run_loop(*, kind: str, interval: float, body, say) -> None:
     worker_id = workers.new_worker_id(kind)
 
     def on_signal(signum, _frame) -> None:
-        say(f"{signal.Signals(signum).name}: stopping after this turn")
+        # A raw write: buffered streams must not be re-entered from a signal handler.
+        with contextlib.suppress(OSError):
+            os.write(2, f"{signal.Signals(signum).name}: stopping after this turn\n".encode())
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
