@@ -32,7 +32,7 @@ from inbox import workers as heartbeats
 from runs import transitions
 from runs.consolidators import Consolidator, get_consolidator
 from runs.errors import ConsolidatorError, GroupExpired, RunError
-from runs.models import Disposition, RunStatus
+from runs.models import Disposition, Run, RunStatus
 from runs.selectors import group_counts_by_run
 
 log = logging.getLogger(__name__)
@@ -252,6 +252,14 @@ class ConsolidatorWorker:
 
         ``next_group`` would plan anew and take the store back; a displaced worker stops instead.
         """
+        if self._run_id:
+            # Our own row says so even when the taker has already finished its run.
+            mine = Run.objects.filter(run_id=self._run_id).values("status", "closed_by").first()
+            if mine and mine["status"] == RunStatus.TAKEN_OVER:
+                self.request_stop(
+                    f"store taken over by {mine['closed_by']} (our run {self._run_id} closed)"
+                )
+                return True
         try:
             holder = transitions.current_run(self.store)
         except RunError as err:
