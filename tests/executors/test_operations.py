@@ -7,7 +7,7 @@ import datetime as dt
 import io
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from audit.models import AuditEvent
 from inbox import reconcile, scopes, transitions, workers
@@ -203,3 +203,13 @@ def test_confirm_deleted_while_object_present_is_refused(vault_root):
     with pytest.raises(reconcile.ReconcileRefused):
         reconcile.confirm_deleted(job.job_id, actor="op", reason="sure?")
     assert _job(job.job_id).state == JobState.OUTCOME_UNKNOWN
+
+
+def test_pause_and_resume_commands_toggle_scope_and_refuse_unknown_scope():
+    call_command("pause", "save", "--reason", "disk check", "--as", "op", stdout=io.StringIO())
+    assert scopes.is_paused("save")
+    assert [p.scope for p in scopes.paused_scopes()] == ["save"]
+    call_command("resume", "save", "--as", "op", stdout=io.StringIO())
+    assert not scopes.is_paused("save")
+    with pytest.raises(CommandError, match="unknown scope"):
+        call_command("pause", "nope", "--reason", "x", stdout=io.StringIO())
