@@ -258,17 +258,18 @@ def _event(
 # --- creation and validation -----------------------------------------------------------------
 
 
-def create_job(
+def build_job(
     data: dict[str, Any],
     *,
     requested_by: str,
     supersedes: str | None = None,
     at: dt.datetime | None = None,
-) -> tuple[Job, bool]:
-    """Validate and store a job; return (job, created). A safe replay returns the existing job.
+) -> tuple[Job, list[Event]]:
+    """Validate a document into an unsaved Job and the events its creation records.
 
-    Types that need no approval become READY in the same transaction (REQUESTED and READY
-    both recorded); a DELETE stays CREATED until an approval decides it.
+    Types that need no approval are built READY with their seal (the same outcome as
+    CREATED → READY, one write fewer); a DELETE is built CREATED, awaiting approval. Only
+    ``create_job`` (and bulk loaders that insert exactly what it would) store the result.
     """
     job_type, doc = validate_job_document(data)
     if not requested_by:
@@ -304,7 +305,6 @@ def create_job(
         )
     ]
     if not job_type.needs_approval:
-        # Inserted READY with its seal: the same outcome as CREATED → READY, one write fewer.
         job.state = S.READY
         job.fingerprint = fingerprint_of(job)
         events.append(
@@ -316,6 +316,22 @@ def create_job(
                 at=at,
             )
         )
+    return job, events
+
+
+def create_job(
+    data: dict[str, Any],
+    *,
+    requested_by: str,
+    supersedes: str | None = None,
+    at: dt.datetime | None = None,
+) -> tuple[Job, bool]:
+    """Validate and store a job; return (job, created). A safe replay returns the existing job.
+
+    Types that need no approval become READY in the same transaction (REQUESTED and READY
+    both recorded); a DELETE stays CREATED until an approval decides it.
+    """
+    job, events = build_job(data, requested_by=requested_by, supersedes=supersedes, at=at)
     try:
         with transaction.atomic():
             job.save(force_insert=True)

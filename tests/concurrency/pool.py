@@ -2,61 +2,26 @@
 
 ``create_job`` costs a savepoint and three statements per job (several ms on PostgreSQL); a
 pool of thousands would dominate the suite. ``load_pool`` builds the very rows and events
-``create_job`` writes for a job type without approval — validated document, sealed fingerprint,
-REQUESTED + READY — and inserts them in bulk. ``tests/concurrency/test_pool.py`` checks that
-the two paths write the same thing.
+``create_job`` writes (through the same ``build_job``) for a job type without approval —
+validated document, sealed fingerprint, REQUESTED + READY — and inserts them in bulk.
+``tests/concurrency/test_pool.py`` checks that the two paths write the same thing.
 """
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import transaction
 
 from audit.events import Event, record_events
-from audit.models import EventType
-from inbox.jobtypes import validate_job_document
 from inbox.models import Job, JobState
-from inbox.transitions import fingerprint_of
+from inbox.transitions import build_job
 from tests.factories import job_doc
 
 
 def pool_job(doc: dict, *, requested_by: str) -> tuple[Job, list[Event]]:
-    job_type, doc = validate_job_document(doc)
-    if job_type.needs_approval:
-        raise ValueError(f"{job_type.name} needs an approval; pools hold READY jobs only")
-    job = Job(
-        job_id=doc["job_id"],
-        job_version=doc["job_version"],
-        mission_id=doc["mission_id"],
-        job_type=job_type.name,
-        scope=job_type.scope,
-        object_id=doc["object_id"],
-        vault_path=doc["vault_path"],
-        payload=doc,
-        idempotency_key=doc["idempotency_key"],
-        requested_by=requested_by,
-        max_attempts=job_type.max_attempts or settings.INBOX_MAX_ATTEMPTS,
-        state=JobState.READY,
-    )
-    job.fingerprint = fingerprint_of(job)
-    events = [
-        Event(
-            EventType.REQUESTED,
-            requested_by,
-            job_id=job.job_id,
-            detail={"job_type": job.job_type, "object_id": job.object_id, "to": JobState.CREATED},
-        ),
-        Event(
-            EventType.READY,
-            requested_by,
-            job_id=job.job_id,
-            detail={
-                "from": JobState.CREATED,
-                "to": JobState.READY,
-                "fingerprint": job.fingerprint,
-            },
-        ),
-    ]
+    """The unsaved READY job and events ``create_job`` would store for ``doc``."""
+    job, events = build_job(doc, requested_by=requested_by)
+    if job.state != JobState.READY:
+        raise ValueError(f"{job.job_type} needs an approval; pools hold READY jobs only")
     return job, events
 
 
