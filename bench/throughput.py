@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,9 @@ PEER_VENV = bl.VAR / "tasks-venv"
 PEER_PY = PEER_VENV / "bin" / "python"
 PEER_PACKAGES = ["django-tasks-db", "dj-database-url", "psycopg[binary]"]
 LOGS = bl.VAR / "logs"
+# CPU seconds one worker process spends starting and finding an empty queue, per system and
+# database; subtracted from each round so "CPU per job" is the drain's own.
+STARTUP_CPU: dict[tuple[str, str], float] = {}
 
 
 @dataclass
@@ -52,6 +56,11 @@ class Round:
     note: str = ""
     events: dict[str, int] = field(default_factory=dict)
     commits_per_job: float = float("nan")
+    cpu_s: float = float("nan")  # the workers' own CPU (user + system), start-up excluded
+
+    @property
+    def cpu_ms_per_job(self) -> float:
+        return self.cpu_s / self.done * 1000 if self.done else float("nan")
 
     @property
     def span_rate(self) -> float:
@@ -122,10 +131,17 @@ def peer_json(url: str, *args: str) -> dict[str, Any]:
 # --- one drain --------------------------------------------------------------------------------
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _spawn_and_wait(
     cmds: list[list[str]], *, env: dict[str, str], cwd: Path, tag: str, timeout: float
-) -> tuple[float, str]:
+) -> tuple[float, str, float]:
+    """Start the workers, wait for all; return (wall s, note, their CPU s: user + system)."""
     LOGS.mkdir(parents=True, exist_ok=True)
+    cpu_before = _children_cpu()
     logs = [open(LOGS / f"{tag}-{i}.log", "w") for i in range(len(cmds))]  # noqa: SIM115
     start = time.perf_counter()
     procs = [
@@ -148,7 +164,7 @@ def _spawn_and_wait(
             note = f"a worker exited {proc.returncode} (log: var/bench/logs/{tag}-*.log)"
     for log in logs:
         log.close()
-    return wall, note
+    return wall, note, _children_cpu() - cpu_before
 
 
 def drain_ours(url: str, r: Round, mission: str, executor_args: list[str], direct: bool) -> None:
@@ -159,9 +175,10 @@ def drain_ours(url: str, r: Round, mission: str, executor_args: list[str], direc
         cmd = [bl.PY, bl.MANAGE, "run_executor", "--scope", "noop", "--exit-when-idle"]
         cmd += executor_args
     tag = f"ours-{r.backend}-k{r.workers}-r{r.repeat}"
-    r.wall_s, r.note = _spawn_and_wait(
+    r.wall_s, r.note, cpu = _spawn_and_wait(
         [cmd] * r.workers, env=bl.django_env(url), cwd=bl.ROOT, tag=tag, timeout=timeout(r)
     )
+    r.cpu_s = cpu - r.workers * STARTUP_CPU.get(("ours", r.backend), 0.0)
     s = ours_json(url, "span", "--mission", mission)
     r.done, r.span_s, r.events = s["succeeded"], s["span_s"], s["events"]
     if r.done != r.jobs:
@@ -173,9 +190,10 @@ def drain_peer(url: str, r: Round) -> None:
     cmd += ["--no-reload", "--interval", "0.1", "-v", "0"]
     since = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 1))
     tag = f"peer-{r.backend}-k{r.workers}-r{r.repeat}"
-    r.wall_s, r.note = _spawn_and_wait(
+    r.wall_s, r.note, cpu = _spawn_and_wait(
         [cmd] * r.workers, env=peer_env(url), cwd=PEER_DIR, tag=tag, timeout=timeout(r)
     )
+    r.cpu_s = cpu - r.workers * STARTUP_CPU.get(("django-tasks-db", r.backend), 0.0)
     s = peer_json(url, "span", "--since", since)
     r.done, r.span_s = s["succeeded"], s["span_s"]
     if r.done != r.jobs:
@@ -194,8 +212,10 @@ def drain_pgbench(db: str, r: Round, mission: str) -> None:
     cmd = [pgbench, "-n", "-M", "prepared", "-f", str(bl.BENCH / "pgbench_lifecycle.sql")]
     cmd += ["-c", str(r.workers), "-j", str(r.workers), "-t", str(per_client), bl.pg_url(db)]
     start = time.perf_counter()
+    cpu_before = _children_cpu()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     r.wall_s = time.perf_counter() - start
+    r.cpu_s = _children_cpu() - cpu_before
     if proc.returncode != 0:
         r.note = "pgbench failed: " + (proc.stderr.strip().splitlines() or ["?"])[-1]
     with psycopg.connect(bl.pg_url(db), autocommit=True) as conn:
@@ -267,6 +287,13 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
                     env=peer_env(urls[system]),
                     cwd=PEER_DIR,
                 )
+        for system in systems:
+            probe = Round(system, backend, 1, 0, 0)
+            if system == "ours":
+                drain_ours(urls[system], probe, "startup-probe", executor_args, direct)
+            else:
+                drain_peer(urls[system], probe)
+            STARTUP_CPU[(system, backend)] = probe.cpu_s
         ceiling = backend == "pg" and not args.no_pgbench
         if ceiling:
             pgdb = bl.db_name("tp_pgbench")
@@ -312,9 +339,13 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
                     rounds.append(r)
                     show(r)
         if args.profile:
-            notes[f"profile {backend}"] = profile_ours(
+            notes[f"profile {backend}, ours"] = profile_ours(
                 urls["ours"], backend, args, executor_args, direct
             )
+            if "django-tasks-db" in urls:
+                notes[f"profile {backend}, django-tasks-db"] = profile_peer(
+                    urls["django-tasks-db"], backend, args
+                )
         if not args.keep_dbs and backend == "pg":
             for system in systems:
                 bl.drop_pg_db(bl.db_name(f"tp_{'ours' if system == 'ours' else 'peer'}"))
@@ -346,6 +377,18 @@ def profile_ours(
         target = [bl.MANAGE, "run_executor", "--scope", "noop", "--exit-when-idle"]
         target += executor_args
     bl.run([bl.PY, "-m", "cProfile", "-o", str(out), *target], env=bl.django_env(url))
+    return summarise_profile(pstats.Stats(str(out)), args.jobs)
+
+
+def profile_peer(url: str, backend: str, args: argparse.Namespace) -> str:
+    """The same for the peer: one K=1 ``db_worker --batch`` under cProfile."""
+    import pstats
+
+    peer_json(url, "load", "--n", str(args.jobs))
+    out = bl.VAR / f"profile-{backend}-peer.prof"
+    cmd = [str(PEER_PY), "-m", "cProfile", "-o", str(out), "manage.py", "db_worker", "--batch"]
+    cmd += ["--no-startup-delay", "--no-reload", "-v", "0"]
+    bl.run(cmd, env=peer_env(url), cwd=PEER_DIR)
     return summarise_profile(pstats.Stats(str(out)), args.jobs)
 
 
@@ -381,11 +424,14 @@ def summarise_profile(stats: Any, jobs: int) -> str:
         v[3] for (f, _l, fn), v in raw.items() if f.endswith("inbox/executor.py") and fn == "run"
     ]
     loops += [v[3] for (f, _l, fn), v in raw.items() if f.endswith("ourside.py") and fn == "work"]
+    loops += [v[3] for (f, _l, fn), v in raw.items() if f.endswith("db_worker.py") and fn == "run"]
     # The drain loop itself (Django start-up excluded) when it can be found.
     total = max(loops) if loops else stats.total_tt
     db = _db_calls(raw)
     rows = []
     interesting = (
+        "db_worker.py",
+        "django_tasks_db/models.py",
         "transitions.py",
         "executor.py",
         "audit/events.py",
@@ -449,6 +495,7 @@ def report(
                 round(med_wall[(backend, system, k)]),
                 " / ".join(f"{r.span_rate:,.0f}" for r in rs),
                 fmt_commits(bl.median(r.commits_per_job for r in rs)),
+                fmt_commits(bl.median(r.cpu_ms_per_job for r in rs)),
                 "; ".join(sorted({r.note for r in rs if r.note})) or "",
             )
         )
@@ -462,6 +509,7 @@ def report(
                 "median wall rate",
                 "each repeat (span)",
                 "commits/job",
+                "worker CPU ms/job",
                 "notes",
             ],
             rows,
