@@ -76,7 +76,7 @@ def _unbounded_counts(queries: list[dict]) -> list[str]:
     [
         ({}, {"ready", "noop", "failed", "created", "done"}),
         ({"state__exact": "READY"}, {"ready", "noop"}),
-        ({"job_type__exact": "SAVE_OBJECT", "state__exact": "FAILED"}, {"failed"}),
+        ({"job_type": "SAVE_OBJECT", "state__exact": "FAILED"}, {"failed"}),
         ({"q": "<failed>"}, {"failed"}),
         ({"_facets": "1"}, {"ready", "noop", "failed", "created", "done"}),  # "Show counts"
         ({"p": "1"}, {"ready", "noop", "failed", "created", "done"}),
@@ -91,6 +91,8 @@ def test_admin_changelist_filters_and_search_without_unbounded_count(
         response = admin_client.get(CHANGELIST, query)
     assert response.status_code == 200
     assert _unbounded_counts(captured.captured_queries) == []
+    # The job-type filter lists the registry, not SELECT DISTINCT over every job.
+    assert not [q for q in captured.captured_queries if "DISTINCT" in q["sql"].upper()]
     shown = {name for name, job in jobs.items() if job.job_id.encode() in response.content}
     assert shown == expected
 
