@@ -417,6 +417,32 @@ def _db_calls(raw: dict) -> dict[str, float]:
     return out
 
 
+LIBRARIES = (
+    ("psycopg driver (incl. waiting on PostgreSQL)", "/psycopg/"),
+    ("Django ORM: SQL compiler", "/django/db/models/sql/"),
+    ("Django ORM: models, querysets, expressions", "/django/db/models/"),
+    ("Django database backend", "/django/db/backends/"),
+    ("Django transactions", "/django/db/transaction.py"),
+    ("Django, other", "/django/"),
+    ("django-tasks-db", "/django_tasks_db/"),
+    ("project code", "/work/"),
+)
+
+
+def self_time_by_library(raw: dict) -> list[tuple[str, float]]:
+    """Share of self time per library: where the CPU of a worker goes."""
+    shares: dict[str, float] = {}
+    total = 0.0
+    for (file, _line, _func), (_cc, _nc, tt, _ct, _callers) in raw.items():
+        total += tt
+        name = next((n for n, key in LIBRARIES if key in file), "other (C builtins, stdlib)")
+        if name == "project code" and "site-packages" in file:
+            name = "other (C builtins, stdlib)"
+        shares[name] = shares.get(name, 0.0) + tt
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    return [(name, tt / total * 100) for name, tt in ranked if total][:6]
+
+
 def summarise_profile(stats: Any, jobs: int) -> str:
     """Where one job's time goes: database round trips vs Python, and the hot functions."""
     raw = stats.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
@@ -447,6 +473,7 @@ def summarise_profile(stats: Any, jobs: int) -> str:
             rows.append((f"{short}:{line} {func}", nc, ct))
     rows.sort(key=lambda row: -row[2])
     python_s = total - db["db_wait_s"]
+    by_library = self_time_by_library(raw)
     lines = [
         f"cProfile of one K=1 drain of {jobs:,} jobs: {total:.2f} s in the drain loop "
         f"({total / jobs * 1000:.2f} ms per job, profiler overhead included). Per job: "
@@ -455,6 +482,10 @@ def summarise_profile(stats: Any, jobs: int) -> str:
         f"{db['db_wait_s'] / jobs * 1000:.2f} ms blocked in the "
         f"database driver, {python_s / jobs * 1000:.2f} ms in Python (ORM, transitions, "
         "executor).",
+        "",
+        "Self time by library (whole process): "
+        + ", ".join(f"{name} {share:.0f} %" for name, share in by_library)
+        + ".",
         "",
         bl.table(
             ["function (inclusive)", "calls", "s", "ms per job"],
