@@ -7,7 +7,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
     console     --jobs 20000 --events 60000 (30 requests per page)
     memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
 
-Pass --full to run the full sizes instead (about an hour), or --only NAME to pick one.
+Pass --full to run the scripts' full-size defaults instead (hours on 2 cores), or --only NAME to
+pick one.
 PostgreSQL-only parts are skipped with a note when PostgreSQL is not reachable.
 """
 
