@@ -77,6 +77,30 @@ def _load_undecided(job_id: str, username: str) -> Job:
     return job
 
 
+def _decision_row(
+    job: Job,
+    username: str,
+    decision: str,
+    reason: str,
+    now: dt.datetime,
+    *,
+    expires_at: dt.datetime | None = None,
+) -> Approval:
+    """The Approval row of one decision (approve or deny) on ``job``."""
+    return Approval.objects.create(
+        approval_id=uuid.uuid4().hex,
+        job_id=job.job_id,
+        delete_request_id=str(job.payload.get("delete_request_id", "")),
+        object_id=job.object_id,
+        requested_by=job.requested_by,
+        approver=username,
+        decision=decision,
+        reason=reason,
+        decided_at=now,
+        expires_at=expires_at,
+    )
+
+
 def approve_delete(
     job_id: str, *, approver, reason: str, ttl_seconds: int | None = None
 ) -> Approval:
@@ -89,16 +113,12 @@ def approve_delete(
     with transaction.atomic():
         job = _load_undecided(job_id, username)
         now = transitions.db_now()
-        approval = Approval.objects.create(
-            approval_id=uuid.uuid4().hex,
-            job_id=job.job_id,
-            delete_request_id=str(job.payload.get("delete_request_id", "")),
-            object_id=job.object_id,
-            requested_by=job.requested_by,
-            approver=username,
-            decision=ApprovalDecision.APPROVED,
-            reason=reason,
-            decided_at=now,
+        approval = _decision_row(
+            job,
+            username,
+            ApprovalDecision.APPROVED,
+            reason,
+            now,
             expires_at=now + dt.timedelta(seconds=ttl),
         )
         record_event(
@@ -127,17 +147,7 @@ def deny_delete(job_id: str, *, approver, reason: str) -> Approval:
     with transaction.atomic():
         job = _load_undecided(job_id, username)
         now = transitions.db_now()
-        approval = Approval.objects.create(
-            approval_id=uuid.uuid4().hex,
-            job_id=job.job_id,
-            delete_request_id=str(job.payload.get("delete_request_id", "")),
-            object_id=job.object_id,
-            requested_by=job.requested_by,
-            approver=username,
-            decision=ApprovalDecision.DENIED,
-            reason=reason,
-            decided_at=now,
-        )
+        approval = _decision_row(job, username, ApprovalDecision.DENIED, reason, now)
         record_event(
             event_type=EventType.DENIED,
             actor=username,
