@@ -58,8 +58,10 @@ def _region(request: HttpRequest, allowed: tuple[str, ...]) -> str | None:
 @page(permission="inbox.view_job")
 def job_list(request: HttpRequest) -> HttpResponse:
     """Filter, search, sort and page jobs; HTMX swaps only the table."""
-    job_filter = JobFilter(request.GET or None, queryset=Job.objects.all())
-    qs = job_filter.qs if job_filter.is_bound else Job.objects.all()
+    # The list never shows the payload; a SAVE's content can be megabytes per row.
+    jobs = Job.objects.defer("payload")
+    job_filter = JobFilter(request.GET or None, queryset=jobs)
+    qs = job_filter.qs if job_filter.is_bound else jobs
     # Lease filters come ordered by lease end (see JobFilter.filter_lease) unless a sort is asked.
     default_sort = None if request.GET.get("lease") else "-created_at"
     table = JobTable(qs, order_by=request.GET.get("sort") or default_sort)

@@ -119,6 +119,18 @@ def test_job_list_pages_without_count_and_bounded_queries(
     assert "Next →" not in html
 
 
+def test_job_list_never_reads_payloads(client, viewer) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    make_job("save", content="x" * 50_000)
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(reverse("inbox:job_list")).status_code == 200
+    job_reads = [q["sql"] for q in captured.captured_queries if 'FROM "inbox_job"' in q["sql"]]
+    assert job_reads
+    assert not [sql for sql in job_reads if '"payload"' in sql]
+
+
 def test_job_detail_shows_identity_fingerprint_attempts_and_trail(client, viewer) -> None:
     job = make_job("save", state=JobState.FAILED)
     html = client.get(reverse("inbox:job_detail", args=[job.job_id])).content.decode()
