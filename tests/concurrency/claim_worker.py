@@ -30,6 +30,9 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--ready", required=True)
     parser.add_argument("--go", required=True)
+    # Time "spent on" each claimed batch outside any transaction, as a real worker would;
+    # without it SQLite's unfair lock can hand every batch to the first claimer.
+    parser.add_argument("--work-ms", type=float, default=0.0)
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
@@ -68,6 +71,8 @@ def main() -> int:
                 continue
             for job in claimed:
                 out.write(f"{job.job_id} {job.claim_id}\n")
+            if claimed and args.work_ms:
+                time.sleep(args.work_ms / 1000)
             if not claimed and not Job.objects.ready(args.scope).exists():
                 break
     return 1 if errors else 0

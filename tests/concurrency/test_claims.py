@@ -42,6 +42,7 @@ def test_claim_concurrent_processes_claim_every_job_exactly_once(proc_db, tmp_pa
     argv = [
         [
             *("--scope", "noop", "--limit", str(BATCH), "--worker-id", f"w{i}"),
+            *("--work-ms", "5"),
             "--out",
             str(tmp_path / f"claims-{i}.txt"),
         ]
