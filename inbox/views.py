@@ -302,19 +302,29 @@ def bulk_retry(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
     selection = _bulk_select(request.POST, eligible_state=JobState.FAILED)
     outcome: dict[str, list[str]] = {"done": [], "refused": []}
 
-    def retry_all() -> dict[str, list[str]]:
+    retry_all = _each_eligible(
+        selection,
+        outcome,
+        lambda job_id: transitions.retry_job(job_id, actor=act.actor, reason=act.reason),
+    )
+    _apply_bulk(act, selection, retry_all, outcome, verb="Retried", noun="FAILED")
+    return _bulk_result(request, act, outcome)
+
+
+def _each_eligible(selection: BulkSelection, outcome: dict[str, list[str]], call: Any) -> Any:
+    """A bulk run: ``call`` each eligible job; a refusal (a lost race) is reported, not fatal."""
+
+    def run() -> dict[str, list[str]]:
         for job in selection.eligible:
             try:
-                transitions.retry_job(job.job_id, actor=act.actor, reason=act.reason)
+                call(job.job_id)
             except InboxError as exc:
-                # Lost a race (someone else retried it first): report it, keep going.
                 outcome["refused"].append(f"{job.job_id}: {exc}")
             else:
                 outcome["done"].append(job.job_id)
         return outcome
 
-    _apply_bulk(act, selection, retry_all, outcome, verb="Retried", noun="FAILED")
-    return _bulk_result(request, act, outcome)
+    return run
 
 
 def _apply_bulk(
@@ -360,17 +370,12 @@ def bulk_reconcile(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
     selection = _reconcile_preview(request.POST)
     outcome: dict[str, list[str]] = {"done": [], "refused": []}
 
-    def reconcile_all() -> dict[str, list[str]]:
-        for job in selection.eligible:
-            try:
-                # Re-probes and refuses if the object reappeared since the preview.
-                reconcile.confirm_deleted(job.job_id, actor=act.actor, reason=act.reason)
-            except InboxError as exc:
-                outcome["refused"].append(f"{job.job_id}: {exc}")
-            else:
-                outcome["done"].append(job.job_id)
-        return outcome
-
+    # confirm_deleted re-probes and refuses if the object reappeared since the preview.
+    reconcile_all = _each_eligible(
+        selection,
+        outcome,
+        lambda job_id: reconcile.confirm_deleted(job_id, actor=act.actor, reason=act.reason),
+    )
     _apply_bulk(act, selection, reconcile_all, outcome, verb="Reconciled", noun="unambiguous")
     return _bulk_result(request, act, outcome)
 
