@@ -7,9 +7,12 @@ roll back together.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.db import connection
 
 from audit.models import AuditEvent, EventType
 
@@ -58,9 +61,41 @@ def record_event(
     return event
 
 
-def record_events(events: Iterable[Event]) -> list[AuditEvent]:
-    """Append many events in one INSERT (batch claims, sweeps)."""
-    rows = [e.to_model() for e in events]
-    if any(not row.actor for row in rows):
+def record_events(events: Iterable[Event]) -> int:
+    """Append many events in one INSERT (batch claims, batched job steps, sweeps).
+
+    Events that carry their time (every transition's do) go in as one plain multi-row
+    ``INSERT … VALUES``: the executor's hot path writes two to twenty rows per statement, and
+    building model instances for ``bulk_create`` cost more than the insert itself. Returns the
+    number of rows written.
+    """
+    items = list(events)
+    if not items:
+        return 0
+    if any(not item.actor for item in items):
         raise ValueError("an audit event needs an actor")
-    return AuditEvent.objects.bulk_create(rows)
+    if any(item.at is None for item in items):
+        # The database clock must stamp these: let the column default do it.
+        return len(AuditEvent.objects.bulk_create(e.to_model() for e in items))
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    detail = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+    row = f"(%s, %s, %s, %s, %s, {detail}, %s)"
+    adapt = connection.ops.adapt_datetimefield_value
+    params: list[Any] = []
+    for item in items:
+        params += [
+            item.job_id,
+            item.run_id,
+            str(item.event_type),
+            item.actor,
+            item.result_code or "",
+            json.dumps(item.detail or {}),
+            adapt(item.at),
+        ]
+    sql = (
+        f"INSERT INTO {table} (job_id, run_id, event_type, actor, result_code, detail, created_at) "
+        f"VALUES {', '.join([row] * len(items))}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return len(items)

@@ -213,6 +213,7 @@ class Executor:
         sweep_every: int = 50,
         progress_seconds: float = 10.0,
         db_retries: int = 5,
+        batch_steps: bool = True,
         out: Callable[[str], None] = print,
     ) -> None:
         if lease_seconds < 1:
@@ -233,6 +234,7 @@ class Executor:
         self.sweep_every = max(int(sweep_every), 0)
         self.progress_seconds = progress_seconds
         self.db_retries = max(db_retries, 1)
+        self.batch_steps = batch_steps
         self.out = out
         self.stats = ExecutorStats()
         self._stop = threading.Event()
@@ -240,6 +242,8 @@ class Executor:
         self._pending: deque[Job] = deque()
         # The last job's outcome, committed together with the next job's first step.
         self._carry: _Step | None = None
+        # A batch's outcomes not yet committed (kept across a turn a database error cut short).
+        self._unrecorded: list[transitions.Outcome] = []
         self._current = ""
         self._turns = 0
         self._last_beat = 0.0
@@ -294,7 +298,8 @@ class Executor:
         )
         self.out(
             f"executor {self.worker_id}: scope={self.scope} lease={self.lease_seconds}s "
-            f"batch={self.batch} poll={self.poll}s on {described}"
+            f"batch={self.batch} ({'batched' if self.batch_steps else 'one-by-one'} steps) "
+            f"poll={self.poll}s on {described}"
         )
         previous = self._install_signals()
         self._keeper.start()
@@ -323,6 +328,7 @@ class Executor:
         if self._db_trouble:
             self._release_orphans()
             self._db_trouble = False
+        self._record_outcomes()
         if self.sweep_every and self._turns % self.sweep_every == 0:
             self._sweep()
         # Jobs left over from a turn a database error cut short are already ours: run them
@@ -352,6 +358,15 @@ class Executor:
             self._pending.extend(jobs)
             self._keeper.hold(jobs)
         while self._pending and not self.stopping:
+            run = self._batchable_run()
+            if run:
+                try:
+                    self._process_batch(run)
+                finally:
+                    self._current = ""
+                    for job in run:
+                        self._keeper.drop(job.job_id)
+                continue
             job = self._pending.popleft()
             self._current = job.job_id
             try:
@@ -376,6 +391,128 @@ class Executor:
         self._paused_said = pause is not None
         return self._paused_said
 
+    # --- a batch of idempotent jobs ---------------------------------------------------------
+
+    def _batchable_run(self) -> list[Job]:
+        """Take the leading pending jobs whose steps may be batched (two or more, else none).
+
+        Only idempotent types that need no approval: for them a job left EXECUTING by a crash
+        goes back to READY exactly like a CLAIMED one, so beginning the batch together changes
+        no guarantee. A DELETE always goes one job per transaction.
+        """
+        if not self.batch_steps:
+            return []
+        run: list[Job] = []
+        for job in self._pending:
+            job_type = registry().get(job.job_type)
+            if job_type is None or not job_type.idempotent or job_type.needs_approval:
+                break
+            run.append(job)
+        if len(run) < 2:
+            return []
+        for _ in run:
+            self._pending.popleft()
+        return run
+
+    def _process_batch(self, jobs: list[Job]) -> None:
+        """Authorize each job, begin them in one transaction, run their handlers one after the
+        other, and commit their outcomes in one transaction.
+
+        A job the batch cannot move takes the one-job path, which moves it or names the refusal.
+        Once begun, the batch's jobs are the jobs in hand: a stop signal lets them finish.
+        """
+        self._flush()
+        ready: list[Job] = []
+        authorized: dict[str, dict[str, Any]] = {}
+        for job in jobs:
+            if self._keeper.is_lost(job.job_id):
+                self.stats.lost += 1
+                continue
+            verdict = self._authorize(job, registry().get(job.job_type))
+            if not verdict.ok:
+                self._reject(job, verdict)
+                continue
+            ready.append(job)
+            authorized[job.job_id] = verdict.detail
+        moved = self._db_batch(
+            lambda: transitions.begin_jobs(
+                ready,
+                actor=self.worker_id,
+                lease_seconds=self.lease_seconds,
+                authorized=authorized,
+            ),
+            committed=lambda: _holding(ready, {j.job_id: JobState.EXECUTING for j in ready}),
+        )
+        begun: list[Job] = []
+        for job in ready:
+            if job.job_id in moved:
+                job.state = JobState.EXECUTING
+            elif not self._begin_one(job, authorized[job.job_id]):
+                continue
+            self._keeper.refreshed(job.job_id)
+            begun.append(job)
+        for job in begun:
+            self._current = job.job_id
+            job_type = registry()[job.job_type]
+            result = self._execute(job, job_type)
+            if result is not None:
+                self._unrecorded.append(result)
+            self._housekeep()
+        self._current = ""
+        self._record_outcomes()
+
+    def _record_outcomes(self) -> None:
+        """Commit the batch's outcomes in one transaction; the ones it cannot move go one by one.
+
+        If the database stays away they are kept, and the next turn tries again before it
+        claims anything.
+        """
+        outcomes = self._unrecorded
+        if not outcomes:
+            return
+        moved = self._db_batch(
+            lambda: transitions.finish_jobs(outcomes, actor=self.worker_id),
+            committed=lambda: _holding(
+                [o.job for o in outcomes], {o.job.job_id: o.to for o in outcomes}
+            ),
+        )
+        self._unrecorded = []
+        for outcome in outcomes:
+            if outcome.job.job_id in moved:
+                self._settle_outcome(outcome.to, outcome.job, None)
+            else:
+                self._carry = self._finish_step(outcome)
+                self._flush()
+
+    def _housekeep(self) -> None:
+        """Progress and heartbeat between a batch's handlers; a database error here must not
+        abandon the jobs in hand (their outcomes are not committed yet)."""
+        self._maybe_progress()
+        try:
+            self._maybe_beat()
+        except DB_ERRORS as exc:
+            self.stats.db_errors += 1
+            log.warning("heartbeat hit a database error (the batch goes on): %s", exc)
+            self._drop_connection()
+
+    def _db_batch(
+        self, step: Callable[[], set[str]], *, committed: Callable[[], set[str]]
+    ) -> set[str]:
+        """Run one batched step, retrying on a dropped connection like ``_db_step``.
+
+        A batch commits whole or not at all, so after a lost response any job found in its
+        target state under our claim means the commit happened.
+        """
+        found: set[str] = set()
+
+        def done() -> bool:
+            found.clear()
+            found.update(committed())
+            return bool(found)
+
+        moved = self._db_step(step, done=done)
+        return moved if moved is not None else set(found)
+
     # --- one job ----------------------------------------------------------------------------
 
     def _process(self, job: Job) -> None:
@@ -387,22 +524,35 @@ class Executor:
         job_type = registry().get(job.job_type)
         verdict = self._authorize(job, job_type)
         if not verdict.ok:
-            step = _Step(
-                job=job,
-                what="reject",
-                call=lambda: transitions.reject_job(
-                    job.job_id,
-                    actor=self.worker_id,
-                    reason=verdict.why,
-                    result_code=verdict.code,
-                    claim_id=job.claim_id,
-                ),
-                done=lambda: _state_of(job) == JobState.REJECTED,
-            )
-            if self._commit(step) is None:
-                self.stats.rejected += 1
-                log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
+            self._reject(job, verdict)
             return
+        if not self._begin_one(job, verdict.detail):
+            return
+        self._keeper.refreshed(job.job_id)
+        assert job_type is not None  # _authorize refuses unknown types
+        outcome = self._execute(job, job_type)
+        if outcome is not None:
+            self._carry = self._finish_step(outcome)
+
+    def _reject(self, job: Job, verdict: _Verdict) -> None:
+        step = _Step(
+            job=job,
+            what="reject",
+            call=lambda: transitions.reject_job(
+                job.job_id,
+                actor=self.worker_id,
+                reason=verdict.why,
+                result_code=verdict.code,
+                claim_id=job.claim_id,
+            ),
+            done=lambda: _state_of(job) == JobState.REJECTED,
+        )
+        if self._commit(step) is None:
+            self.stats.rejected += 1
+            log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
+
+    def _begin_one(self, job: Job, authorized: dict[str, Any]) -> bool:
+        """Begin ``job`` on its own (with the carried outcome); False if refused."""
         step = _Step(
             job=job,
             what="begin",
@@ -411,14 +561,21 @@ class Executor:
                 claim_id=job.claim_id,
                 actor=self.worker_id,
                 lease_seconds=self.lease_seconds,
-                authorized=verdict.detail,
+                authorized=authorized,
             ),
             done=lambda: _holds(job, JobState.EXECUTING),
         )
         if self._commit(step) is not None:
-            return
-        self._keeper.refreshed(job.job_id)
-        assert job_type is not None  # _authorize refuses unknown types
+            return False
+        job.state = JobState.EXECUTING
+        return True
+
+    def _execute(self, job: Job, job_type: JobType) -> transitions.Outcome | None:
+        """Run the handler of a begun job; its outcome, or None if the claim was lost."""
+        if self._keeper.is_lost(job.job_id):
+            self.stats.lost += 1
+            log.error("LOST FENCE: job %s lost its claim before it ran; not run", job.job_id)
+            return None
         started = time.monotonic()
         outcome, code, detail, error = self._run_handler(job, job_type)
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
@@ -429,27 +586,33 @@ class Executor:
                 job.job_id,
                 code,
             )
-            return
+            return None
         executed = {"handler": job_type.handler_path, "duration_ms": elapsed_ms, **detail}
+        return transitions.Outcome(
+            job=job, to=outcome, result_code=code, error=error, executed_detail=executed
+        )
+
+    def _finish_step(self, outcome: transitions.Outcome) -> _Step:
         finish = {
             JobState.SUCCEEDED: transitions.complete_job,
             JobState.FAILED: transitions.fail_job,
             JobState.OUTCOME_UNKNOWN: transitions.mark_outcome_unknown,
-        }[outcome]
-        kwargs: dict[str, Any] = {"executed_detail": executed}
-        if error:
-            kwargs["error"] = error
-        self._carry = _Step(
+        }[outcome.to]
+        kwargs: dict[str, Any] = {"executed_detail": dict(outcome.executed_detail)}
+        if outcome.error:
+            kwargs["error"] = outcome.error
+        job = outcome.job
+        return _Step(
             job=job,
-            what=outcome,
+            what=outcome.to,
             call=lambda: finish(
                 job.job_id,
                 claim_id=job.claim_id,
                 actor=self.worker_id,
-                result_code=code,
+                result_code=outcome.result_code,
                 **kwargs,
             ),
-            done=lambda: _holds(job, outcome),
+            done=lambda: _holds(job, outcome.to),
         )
 
     def _commit(self, step: _Step | None) -> Exception | None:
@@ -492,23 +655,27 @@ class Executor:
         return error
 
     def _settle(self, carry: _Step, error: Exception | None) -> None:
+        self._settle_outcome(carry.what, carry.job, error)
+
+    def _settle_outcome(self, what: str, job: Job, error: Exception | None) -> None:
         if error is not None:
             self.stats.lost += 1
             log.error(
                 "LOST FENCE: job %s ran but its outcome (%s) was refused: %s",
-                carry.job.job_id,
-                carry.what,
+                job.job_id,
+                what,
                 error,
             )
-        elif carry.what == JobState.SUCCEEDED:
+        elif what == JobState.SUCCEEDED:
             self.stats.succeeded += 1
-        elif carry.what == JobState.FAILED:
+        elif what == JobState.FAILED:
             self.stats.failed += 1
         else:
             self.stats.unknown += 1
 
     def _flush(self) -> None:
         """Commit a carried outcome on its own (end of batch, stop)."""
+        self._record_outcomes()
         if self._carry is not None:
             self._commit(None)
 
@@ -706,6 +873,17 @@ def _raw_stderr(text: str) -> None:
 
 def _state_of(job: Job) -> str | None:
     return Job.objects.filter(job_id=job.job_id).values_list("state", flat=True).first()
+
+
+def _holding(jobs: list[Job], states: dict[str, str]) -> set[str]:
+    """Which of ``jobs`` are in their target state under our claim (a batch's commit check)."""
+    if not jobs:
+        return set()
+    rows = Job.objects.filter(job_id__in=[j.job_id for j in jobs]).values_list(
+        "job_id", "state", "claim_id"
+    )
+    claims = {j.job_id: j.claim_id for j in jobs}
+    return {jid for jid, state, claim in rows if state == states[jid] and claim == claims[jid]}
 
 
 def _holds(job: Job, state: str) -> bool:

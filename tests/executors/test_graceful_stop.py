@@ -1,4 +1,9 @@
-"""SIGTERM mid-batch: the job in hand finishes, the rest of the batch is handed back, exit 0."""
+"""SIGTERM mid-batch: the jobs in hand finish, the rest of the batch is handed back, exit 0.
+
+One by one (a DELETE's way, or ``--one-by-one``) the job in hand is the one job begun. With
+batched steps (idempotent types) the whole claimed batch is begun together, so all of it is in
+hand and finishes; nothing is left held either way.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +32,14 @@ def test_sigterm_mid_batch_leaves_nothing_held_and_exits_zero(slow_db):
     seed(slow_db, [noop_doc(job_type="SLOW_NOOP") for _ in range(30)])
     marker = slow_db.workdir / "started.txt"
     proc = start_executor(
-        slow_db, "slow", "--batch", "10", "--worker-id", "graceful-1", log_dir=slow_db.workdir
+        slow_db,
+        "slow",
+        "--batch",
+        "10",
+        "--one-by-one",
+        "--worker-id",
+        "graceful-1",
+        log_dir=slow_db.workdir,
     )
     wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
     proc.send_signal(signal.SIGTERM)
@@ -53,3 +65,29 @@ def test_sigterm_mid_batch_leaves_nothing_held_and_exits_zero(slow_db):
         "stopped"
     )
     assert "SIGTERM" in output_of(proc)
+
+
+def test_sigterm_mid_batched_steps_finishes_the_begun_batch(slow_db):
+    seed(slow_db, [noop_doc(job_type="SLOW_NOOP") for _ in range(30)])
+    marker = slow_db.workdir / "started.txt"
+    proc = start_executor(
+        slow_db, "slow", "--batch", "10", "--worker-id", "graceful-2", log_dir=slow_db.workdir
+    )
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: "SIGTERM" in output_of(proc), timeout=60)
+    (slow_db.workdir / "gate").touch()
+    assert proc.wait(timeout=60) == 0, output_of(proc)
+
+    held = slow_db.scalar("SELECT COUNT(*) FROM inbox_job WHERE state IN ('CLAIMED', 'EXECUTING')")
+    assert held == 0
+    counts = dict(slow_db.query("SELECT state, COUNT(*) FROM inbox_job GROUP BY state"))
+    # The ten begun together all ran and were recorded; nothing else was claimed.
+    assert len(marker.read_text().split()) == 10
+    assert counts == {JobState.SUCCEEDED: 10, JobState.READY: 20}
+    assert sum(event_counts(slow_db, "STARTED").values()) == 10
+    assert sum(event_counts(slow_db, "EXECUTED").values()) == 10
+    assert sum(event_counts(slow_db, "RELEASED").values()) == 0
+    assert slow_db.scalar("SELECT status FROM inbox_worker WHERE worker_id = 'graceful-2'") == (
+        "stopped"
+    )
