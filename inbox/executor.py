@@ -11,9 +11,16 @@ the same transaction as CLAIMED → EXECUTING, which also renews the lease; the 
 outside any transaction; EXECUTED and the outcome commit together. A single background thread
 renews leases only for jobs held longer than lease/3, so fast handlers cost no extra writes.
 
-A database error is retried (same job step, fresh connection) and, if it persists, the turn is
-abandoned and the loop reconnects on the next one. SIGTERM/SIGINT stop claiming; the job in hand
-finishes, claimed-but-not-begun jobs are released, and ``run`` returns normally.
+Two ways to commit those steps. Idempotent types that need no approval go by batch: the claimed
+batch begins in one transaction (``transitions.begin_jobs``) and its outcomes commit in another
+(``finish_jobs``); a job the batch cannot move takes the one-job path, which moves it or names
+the refusal. Everything else (a DELETE) goes one job at a time, a job's outcome riding with the
+next job's begin to save a commit.
+
+A database error is retried (same step, fresh connection) and, if it persists, the turn is
+abandoned and the loop reconnects on the next one; a batch's uncommitted outcomes are kept and
+committed first on the next turn. SIGTERM/SIGINT stop claiming; the jobs begun finish (one job,
+or a begun batch), claimed-but-not-begun jobs are released, and ``run`` returns normally.
 """
 
 from __future__ import annotations
@@ -259,7 +266,7 @@ class Executor:
         return self._stop.is_set()
 
     def stop(self, reason: str = "asked to stop") -> None:
-        """Stop claiming; the job in hand finishes and the rest of the batch is released."""
+        """Stop claiming; the jobs begun finish and the rest of the batch is released."""
         if not self._stop.is_set():
             self._stop_reason = reason
             self._stop.set()
@@ -272,7 +279,7 @@ class Executor:
             _raw_stderr(f"{name} again: already stopping (finishing job {self._current})")
             return
         _raw_stderr(
-            f"{name}: stopping — finishing the job in hand, releasing "
+            f"{name}: stopping — finishing the jobs begun, releasing "
             f"{len(self._pending)} claimed job(s)"
         )
         self.stop(name)
