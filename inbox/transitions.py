@@ -517,15 +517,19 @@ def _claim_rows(
     table = Job._meta.db_table
     adapt = connection.ops.adapt_datetimefield_value
     token = _RANDOM_TOKEN_SQL[connection.vendor]
-    placeholders = ", ".join(["%s"] * len(jobs))
+    params: list[Any] = [S.CLAIMED, worker_id, adapt(now), adapt(lease_until), adapt(now), S.READY]
+    if connection.vendor == "postgresql":
+        chosen = "= ANY(%s::text[])"  # one statement text for any batch size
+        params.append([job.job_id for job in jobs])
+    else:
+        chosen = f"IN ({', '.join(['%s'] * len(jobs))})"
+        params += [job.job_id for job in jobs]
     sql = (
         f"UPDATE {table} SET state = %s, worker_id = %s, claim_id = {token}, "
         "claimed_at = %s, lease_until = %s, attempt_count = attempt_count + 1, updated_at = %s "
-        f"WHERE state = %s AND job_id IN ({placeholders}) "
+        f"WHERE state = %s AND job_id {chosen} "
         "RETURNING job_id, claim_id, attempt_count"
     )
-    params = [S.CLAIMED, worker_id, adapt(now), adapt(lease_until), adapt(now), S.READY]
-    params += [job.job_id for job in jobs]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = {job_id: (claim, attempts) for job_id, claim, attempts in cursor.fetchall()}
@@ -877,13 +881,16 @@ def _batch_update(
     if lease_running_at is not None:
         where += " AND lease_until >= %s"
         params.append(adapt(lease_running_at))
-    pairs = ", ".join(["(%s, %s)"] * len(jobs))
+    # The (job, claim) pairs travel as one JSON array: one statement text for any batch size.
+    if connection.vendor == "postgresql":
+        held = "SELECT j, c FROM jsonb_to_recordset(%s::jsonb) AS x(j text, c text)"
+    else:
+        held = "SELECT json_extract(value, '$.j'), json_extract(value, '$.c') FROM json_each(%s)"
+    params.append(json.dumps([{"j": job.job_id, "c": job.claim_id} for job in jobs]))
     sql = (
         f"UPDATE {table} SET {', '.join(sets)} WHERE {where} "
-        f"AND (job_id, claim_id) IN (VALUES {pairs}) {_returning_sql()}"
+        f"AND (job_id, claim_id) IN ({held}) {_returning_sql()}"
     )
-    for job in jobs:
-        params += [job.job_id, job.claim_id]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
