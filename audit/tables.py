@@ -10,6 +10,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from audit.models import AuditEvent
+from console.tables import TimeColumn
 
 DETAIL_PREVIEW = 160
 # Columns a 390 px phone drops.
@@ -38,7 +39,7 @@ def detail_text(detail: object, limit: int | None = DETAIL_PREVIEW) -> str:
 
 class AuditEventTable(tables.Table):
     event_id = tables.Column(verbose_name="#", orderable=False)
-    created_at = tables.DateTimeColumn(verbose_name="When", format="Y-m-d H:i:s", orderable=False)
+    created_at = TimeColumn(verbose_name="When", orderable=False)
     event_type = tables.Column(verbose_name="Type", orderable=False)
     actor = tables.Column(orderable=False)
     subject = tables.Column(accessor="event_id", orderable=False, empty_values=())

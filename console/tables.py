@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.db.models import QuerySet
-from django_tables2 import Table
+from django.utils import dateformat, timezone
+from django_tables2 import Column, Table
 
 from inbox.selectors import capped_count, count_label
+
+
+class TimeColumn(Column):
+    """A timestamp in the current time zone as ``Y-m-d H:i:s``, rendered in Python.
+
+    django-tables2's ``DateTimeColumn`` is a ``TemplateColumn``: it builds and renders a small
+    template for every cell, which was a quarter of the jobs list's render time at 50 rows.
+    """
+
+    def __init__(self, *args, fmt: str = "Y-m-d H:i:s", **kwargs) -> None:
+        self.fmt = fmt
+        super().__init__(*args, **kwargs)
+
+    def render(self, value: dt.datetime) -> str:
+        if timezone.is_aware(value):
+            value = timezone.localtime(value)
+        return dateformat.format(value, self.fmt)
 
 
 def label_page(table: Table, qs: QuerySet) -> None:

@@ -12,8 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
-from django.db.models.functions import TruncMinute
+from django.db.models import Q, QuerySet
 
 from audit.models import AuditEvent, EventType
 from inbox.jobtypes import registry
@@ -212,32 +211,69 @@ def _paused_scopes() -> list[str]:
 FINISHED_STATES = (JobState.SUCCEEDED, JobState.FAILED)
 
 
-def throughput_per_minute(now: dt.datetime, minutes: int = 60) -> list[tuple[str, int]]:
-    """Jobs finished per minute over the last ``minutes``, oldest first, zero-filled.
+# Rows the throughput chart reads per finished state, at most. At a sustained 1,000 jobs/s the
+# last hour holds 3.6M finished jobs; counting them all on every poll would be a full scan.
+THROUGHPUT_CAP = 50_000
 
-    One GROUP BY over ``Job(state, updated_at)`` (index job_state_updated_idx, index-only on
-    PostgreSQL): a finished job's ``updated_at`` is the moment it finished. Cheaper than the
-    audit log (three times the rows, and event_type is not in the created_at index). A FAILED
-    job an operator has since retried no longer counts; the audit page has the full history.
+
+@dataclass(frozen=True)
+class Throughput:
+    """Jobs finished per minute, oldest first, zero-filled."""
+
+    points: list[tuple[str, int]]
+    # "HH:MM" when the cap cut the count: that minute and the ones before it are undercounted.
+    partial_through: str = ""
+
+
+def throughput_per_minute(
+    now: dt.datetime, minutes: int = 60, cap: int = THROUGHPUT_CAP
+) -> Throughput:
+    """Jobs finished per minute over the last ``minutes``: one bounded query.
+
+    A finished job's ``updated_at`` is the moment it finished. Each finished state reads at most
+    its newest ``cap`` rows, a backward range scan of ``Job(state, updated_at)``
+    (job_state_updated_idx, index-only on PostgreSQL); a busier hour shows its recent minutes
+    exact and says from where the older ones are cut. Cheaper than the audit log (three times
+    the rows). A FAILED job an operator has since retried no longer counts; the audit page has
+    the full history.
     """
     start = (now - dt.timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
-    rows = (
-        Job.objects.filter(state__in=FINISHED_STATES, updated_at__gte=start)
-        .annotate(minute=TruncMinute("updated_at"))
-        .order_by()
-        .values("minute")
-        .annotate(n=Count("*"))
-        .values_list("minute", "n")
+    table = connection.ops.quote_name(Job._meta.db_table)
+    if connection.vendor == "postgresql":
+        minute = "date_trunc('minute', updated_at)"
+    else:
+        minute = "strftime('%%Y-%%m-%%d %%H:%%M:00', updated_at)"
+    branch = (
+        f"SELECT * FROM (SELECT %s AS b, updated_at FROM {table} WHERE state = %s "
+        "AND updated_at >= %s ORDER BY updated_at DESC LIMIT %s) AS {name}"
     )
+    sql = (
+        f"SELECT b, {minute} AS m, COUNT(*) FROM ("
+        + " UNION ALL ".join(branch.format(name=f"s{i}") for i in range(len(FINISHED_STATES)))
+        + ") AS t GROUP BY b, m"
+    )
+    since = connection.ops.adapt_datetimefield_value(start)
+    params: list[object] = []
+    for i, state in enumerate(FINISHED_STATES):
+        params += [i, str(state), since, cap]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
     buckets = [0] * minutes
-    for minute, count in rows:
-        index = int((minute - start).total_seconds() // 60)
+    oldest: dict[int, int] = {}  # per branch: its oldest minute index
+    totals: dict[int, int] = {}  # per branch: rows read
+    for b, minute_at, count in rows:
+        if isinstance(minute_at, str):
+            minute_at = dt.datetime.fromisoformat(minute_at).replace(tzinfo=dt.UTC)
+        index = int((minute_at - start).total_seconds() // 60)
+        oldest[b] = min(oldest.get(b, index), index)
+        totals[b] = totals.get(b, 0) + count
         if 0 <= index < minutes:
             buckets[index] += count
-    return [
-        ((start + dt.timedelta(minutes=i)).strftime("%H:%M"), count)
-        for i, count in enumerate(buckets)
-    ]
+    cut = [oldest[b] for b, total in totals.items() if total >= cap]
+    labels = [(start + dt.timedelta(minutes=i)).strftime("%H:%M") for i in range(minutes)]
+    partial = labels[max(cut)] if cut and 0 <= max(cut) < minutes else ""
+    return Throughput(list(zip(labels, buckets, strict=True)), partial)
 
 
 def active_runs(now: dt.datetime, limit: int = 20) -> list:

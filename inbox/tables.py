@@ -6,6 +6,7 @@ import django_tables2 as tables
 from django.urls import reverse
 from django.utils.html import format_html
 
+from console.tables import TimeColumn
 from inbox.models import Job
 from inbox.selectors import expiry_behaviour
 
@@ -37,12 +38,9 @@ class JobTable(tables.Table):
     on_expiry = tables.Column(
         verbose_name="On lease expiry", accessor="job_type", orderable=False, empty_values=()
     )
-    created_at = tables.DateTimeColumn(
-        verbose_name="Created", format="Y-m-d H:i:s", order_by=("created_at", "job_id")
-    )
-    updated_at = tables.DateTimeColumn(
+    created_at = TimeColumn(verbose_name="Created", order_by=("created_at", "job_id"))
+    updated_at = TimeColumn(
         verbose_name="Updated",
-        format="Y-m-d H:i:s",
         order_by=("updated_at", "job_id"),
         attrs=NARROW_HIDDEN,
     )

@@ -68,7 +68,9 @@ def test_throughput_buckets_finished_jobs_by_minute(client, viewer) -> None:
     make_job("save", state=JobState.SUCCEEDED, at=now - dt.timedelta(minutes=10))
     make_job("save", state=JobState.FAILED, at=now - dt.timedelta(minutes=10))
     make_job("save", state=JobState.SUCCEEDED, at=now - dt.timedelta(hours=2))
-    points = selectors.throughput_per_minute(now)
+    throughput = selectors.throughput_per_minute(now)
+    points = throughput.points
+    assert throughput.partial_through == ""
     assert len(points) == 60
     assert sum(n for _, n in points) == 2
     label = (now - dt.timedelta(minutes=10)).strftime("%H:%M")
@@ -76,6 +78,23 @@ def test_throughput_buckets_finished_jobs_by_minute(client, viewer) -> None:
     html = client.get(reverse("home"), headers=hx("dashboard-throughput")).content.decode()
     assert html.count("<rect ") == 60
     assert f"<title>{label}: 2</title>" in html
+
+
+def test_throughput_reads_at_most_cap_rows_per_state_and_says_where_it_cut(client) -> None:
+    now = transitions.db_now()
+    for minutes_ago in (1, 2, 3, 4, 5):
+        make_job("save", state=JobState.SUCCEEDED, at=now - dt.timedelta(minutes=minutes_ago))
+    make_job("save", state=JobState.FAILED, at=now - dt.timedelta(minutes=5))
+
+    throughput = selectors.throughput_per_minute(now, cap=3)
+
+    counts = dict(throughput.points)
+    # The newest three SUCCEEDED (1–3 minutes ago) and the one FAILED (under the cap).
+    assert sum(counts.values()) == 4
+    assert counts[(now - dt.timedelta(minutes=5)).strftime("%H:%M")] == 1
+    assert counts[(now - dt.timedelta(minutes=4)).strftime("%H:%M")] == 0
+    assert throughput.partial_through == (now - dt.timedelta(minutes=3)).strftime("%H:%M")
+    assert selectors.throughput_per_minute(now, cap=10).partial_through == ""
 
 
 def test_throughput_is_one_query(django_assert_num_queries) -> None:
