@@ -64,6 +64,8 @@ from inbox.models import Job, JobState, WorkerStatus
 log = logging.getLogger("inbox.executor")
 
 DB_ERRORS = (OperationalError, InterfaceError)
+# A batch of slow handlers records its finished jobs at least this often.
+OUTCOME_FLUSH_SECONDS = 1.0
 
 
 @dataclass
@@ -458,12 +460,18 @@ class Executor:
                 continue
             self._keeper.refreshed(job.job_id)
             begun.append(job)
+        recorded_at = time.monotonic()
         for job in begun:
             self._current = job.job_id
             job_type = registry()[job.job_type]
-            result = self._execute(job, job_type)
+            result = self._execute(job, job_type, hand_over=False)
             if result is not None:
                 self._unrecorded.append(result)
+            # Slow handlers: record what is done at least every OUTCOME_FLUSH_SECONDS, so an
+            # operator sees a finished job finished, not waiting for the rest of its batch.
+            if time.monotonic() - recorded_at >= OUTCOME_FLUSH_SECONDS:
+                self._record_outcomes()
+                recorded_at = time.monotonic()
             self._housekeep()
         self._current = ""
         self._record_outcomes()
@@ -474,7 +482,23 @@ class Executor:
         If the database stays away they are kept, and the next turn tries again before it
         claims anything.
         """
-        outcomes = self._unrecorded
+        if not self._unrecorded:
+            return
+        outcomes: list[transitions.Outcome] = []
+        for outcome in self._unrecorded:
+            # Hand over from the lease keeper (under its lock, so no renewal races the commit);
+            # a claim it lost meanwhile must not get an outcome.
+            if self._keeper.drop(outcome.job.job_id):
+                self.stats.lost += 1
+                log.error(
+                    "LOST FENCE: job %s finished (%s) after its claim was lost; outcome not "
+                    "recorded",
+                    outcome.job.job_id,
+                    outcome.result_code,
+                )
+            else:
+                outcomes.append(outcome)
+        self._unrecorded = outcomes
         if not outcomes:
             return
         moved = self._db_batch(
@@ -577,8 +601,14 @@ class Executor:
         job.state = JobState.EXECUTING
         return True
 
-    def _execute(self, job: Job, job_type: JobType) -> transitions.Outcome | None:
-        """Run the handler of a begun job; its outcome, or None if the claim was lost."""
+    def _execute(
+        self, job: Job, job_type: JobType, *, hand_over: bool = True
+    ) -> transitions.Outcome | None:
+        """Run the handler of a begun job; its outcome, or None if the claim was lost.
+
+        ``hand_over`` stops the lease renewals now (the outcome commits next); a batch keeps
+        renewing until its outcomes commit and hands over in ``_record_outcomes``.
+        """
         if self._keeper.is_lost(job.job_id):
             self.stats.lost += 1
             log.error("LOST FENCE: job %s lost its claim before it ran; not run", job.job_id)
@@ -586,7 +616,8 @@ class Executor:
         started = time.monotonic()
         outcome, code, detail, error = self._run_handler(job, job_type)
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
-        if self._keeper.drop(job.job_id):
+        lost = self._keeper.drop(job.job_id) if hand_over else self._keeper.is_lost(job.job_id)
+        if lost:
             self.stats.lost += 1
             log.error(
                 "LOST FENCE: job %s finished (%s) after its claim was lost; outcome not recorded",

@@ -265,3 +265,33 @@ def test_executor_writes_the_same_trail_batched_or_one_by_one(batch_steps):
         executed = AuditEvent.objects.get(job_id=job_id, event_type=EventType.EXECUTED)
         assert executed.detail["handler"] == "inbox.handlers.noop"
         assert executed.result_code == "OK"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("flush_seconds", "commits"), [(3600.0, [4]), (0.0, [1, 1, 1, 1])])
+def test_a_batch_records_its_outcomes_at_least_every_flush_interval(
+    monkeypatch, flush_seconds, commits
+):
+    """Fast handlers: one outcome commit per batch. Slow ones (here: every handler outlasts the
+    interval): each finished job is recorded right away, not after the rest of its batch."""
+    from inbox import executor as executor_module
+
+    monkeypatch.setattr(executor_module, "OUTCOME_FLUSH_SECONDS", flush_seconds)
+    sizes: list[int] = []
+    real = transitions.finish_jobs
+
+    def counting(outcomes, **kwargs):
+        sizes.append(len(outcomes))
+        return real(outcomes, **kwargs)
+
+    monkeypatch.setattr(transitions, "finish_jobs", counting)
+    for _ in range(4):
+        transitions.create_job(noop_doc(), requested_by="producer")
+
+    stats = Executor(
+        scope="noop", batch=10, exit_when_idle=True, poll_seconds=0.1, out=lambda _line: None
+    ).run()
+
+    assert stats.succeeded == 4
+    assert sizes == commits
+    assert set(Job.objects.values_list("state", flat=True)) == {S.SUCCEEDED}
