@@ -185,14 +185,19 @@ def test_finish_jobs_leaves_a_job_that_is_not_executing():
 
 
 @pytest.mark.parametrize("step", ["begin", "finish"])
-def test_a_fingerprint_drift_undoes_the_whole_batch(step):
+@pytest.mark.parametrize("field", ["payload", "column"])
+def test_a_fingerprint_drift_undoes_the_whole_batch(step, field):
     jobs = _claimed(3)
     if step == "finish":
         transitions.begin_jobs(jobs, actor=WORKER, lease_seconds=LEASE, authorized={}, at=T0)
     tampered = jobs[2]
-    # An immutable payload field changed behind our back (raw SQL, as a bad migration would).
+    # An immutable field changed behind our back (raw SQL, as a bad migration would).
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if field == "column":
+            cursor.execute(
+                "UPDATE inbox_job SET object_id = 'evil' WHERE job_id = %s", [tampered.job_id]
+            )
+        elif connection.vendor == "postgresql":
             cursor.execute(
                 "UPDATE inbox_job SET payload = jsonb_set(payload, '{source_commit}', '\"evil\"')"
                 " WHERE job_id = %s",
