@@ -489,13 +489,7 @@ class Executor:
             # Hand over from the lease keeper (under its lock, so no renewal races the commit);
             # a claim it lost meanwhile must not get an outcome.
             if self._keeper.drop(outcome.job.job_id):
-                self.stats.lost += 1
-                log.error(
-                    "LOST FENCE: job %s finished (%s) after its claim was lost; outcome not "
-                    "recorded",
-                    outcome.job.job_id,
-                    outcome.result_code,
-                )
+                self._lost_after_run(outcome.job, outcome.result_code)
             else:
                 outcomes.append(outcome)
         self._unrecorded = outcomes
@@ -618,16 +612,19 @@ class Executor:
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
         lost = self._keeper.drop(job.job_id) if hand_over else self._keeper.is_lost(job.job_id)
         if lost:
-            self.stats.lost += 1
-            log.error(
-                "LOST FENCE: job %s finished (%s) after its claim was lost; outcome not recorded",
-                job.job_id,
-                code,
-            )
+            self._lost_after_run(job, code)
             return None
         executed = {"handler": job_type.handler_path, "duration_ms": elapsed_ms, **detail}
         return transitions.Outcome(
             job=job, to=outcome, result_code=code, error=error, executed_detail=executed
+        )
+
+    def _lost_after_run(self, job: Job, code: str) -> None:
+        self.stats.lost += 1
+        log.error(
+            "LOST FENCE: job %s finished (%s) after its claim was lost; outcome not recorded",
+            job.job_id,
+            code,
         )
 
     def _finish_step(self, outcome: transitions.Outcome) -> _Step:
@@ -685,15 +682,12 @@ class Executor:
         if not refusals:  # the commit went through but its response was lost: assume success
             refusals = {"carry": None, "step": None}
         if carry is not None:
-            self._settle(carry, refusals.get("carry"))
+            self._settle_outcome(carry.what, carry.job, refusals.get("carry"))
         error = refusals.get("step") if step is not None else None
         if step is not None and error is not None:
             self.stats.lost += 1
             log.error("LOST FENCE: job %s could not %s: %s", step.job.job_id, step.what, error)
         return error
-
-    def _settle(self, carry: _Step, error: Exception | None) -> None:
-        self._settle_outcome(carry.what, carry.job, error)
 
     def _settle_outcome(self, what: str, job: Job, error: Exception | None) -> None:
         if error is not None:
@@ -926,4 +920,4 @@ def _holding(jobs: list[Job], states: dict[str, str]) -> set[str]:
 
 def _holds(job: Job, state: str) -> bool:
     """Did our step commit although its response was lost? (state reached, claim still ours)"""
-    return Job.objects.filter(job_id=job.job_id, state=state, claim_id=job.claim_id).exists()
+    return bool(_holding([job], {job.job_id: state}))

@@ -669,12 +669,7 @@ def begin_job(
                     job_id, job.state, S.EXECUTING, "the lease lapsed before the job began"
                 )
             values["lease_until"] = _lease(now, lease_seconds)
-        events = [_event(job, EventType.STARTED, actor, now, S.EXECUTING)]
-        if authorized is not None:
-            events.append(
-                _event(job, EventType.AUTHORIZED, actor, now, S.EXECUTING, **dict(authorized))
-            )
-        return _Change(values=values, events=events)
+        return _Change(values=values, events=_begin_events(job, actor, now, authorized))
 
     return _transition(
         job_id,
@@ -687,11 +682,54 @@ def begin_job(
     )
 
 
+# The event that records each outcome state.
+_FINISH_EVENT = {
+    S.SUCCEEDED: EventType.SUCCEEDED,
+    S.FAILED: EventType.FAILED,
+    S.OUTCOME_UNKNOWN: EventType.OUTCOME_UNKNOWN,
+}
+
+
+def _begin_events(
+    job: Job, actor: str, now: dt.datetime, authorized: Mapping[str, Any] | None
+) -> list[Event]:
+    """STARTED, and AUTHORIZED with the executor's checks: what a begin records."""
+    events = [_event(job, EventType.STARTED, actor, now, S.EXECUTING)]
+    if authorized is not None:
+        events.append(
+            _event(job, EventType.AUTHORIZED, actor, now, S.EXECUTING, **dict(authorized))
+        )
+    return events
+
+
+def _outcome_events(
+    job: Job,
+    actor: str,
+    now: dt.datetime,
+    *,
+    to: str,
+    result_code: str,
+    error: str = "",
+    detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
+) -> list[Event]:
+    """The outcome event, preceded by EXECUTED when ``executed_detail`` is given: EXECUTED (the
+    mutation was attempted) commits with its outcome, never alone."""
+    extra = dict(detail or {})
+    if error:
+        extra["error"] = error
+    events = [_event(job, _FINISH_EVENT[to], actor, now, to, result_code=result_code, **extra)]
+    if executed_detail is not None:
+        executed = dict(executed_detail)
+        executed.setdefault("result_code", result_code)
+        events.insert(0, _event(job, EventType.EXECUTED, actor, now, to, **executed))
+    return events
+
+
 def _finish(
     job_id: str,
     *,
     to: str,
-    event_type: str,
     claim_id: str,
     actor: str,
     result_code: str,
@@ -704,15 +742,16 @@ def _finish(
         values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
         if error:
             values["last_error"] = error
-        extra = dict(detail or {})
-        if error:
-            extra["error"] = error
-        events = [_event(job, event_type, actor, now, to, result_code=result_code, **extra)]
-        if executed_detail is not None:
-            # EXECUTED (the mutation was attempted) commits with its outcome, never alone.
-            executed = dict(executed_detail)
-            executed.setdefault("result_code", result_code)
-            events.insert(0, _event(job, EventType.EXECUTED, actor, now, to, **executed))
+        events = _outcome_events(
+            job,
+            actor,
+            now,
+            to=to,
+            result_code=result_code,
+            error=error,
+            detail=detail,
+            executed_detail=executed_detail,
+        )
         return _Change(values=values, events=events)
 
     return _transition(
@@ -740,7 +779,6 @@ def complete_job(
     return _finish(
         job_id,
         to=S.SUCCEEDED,
-        event_type=EventType.SUCCEEDED,
         claim_id=claim_id,
         actor=actor,
         result_code=result_code,
@@ -765,7 +803,6 @@ def fail_job(
     return _finish(
         job_id,
         to=S.FAILED,
-        event_type=EventType.FAILED,
         claim_id=claim_id,
         actor=actor,
         result_code=result_code,
@@ -791,7 +828,6 @@ def mark_outcome_unknown(
     return _finish(
         job_id,
         to=S.OUTCOME_UNKNOWN,
-        event_type=EventType.OUTCOME_UNKNOWN,
         claim_id=claim_id,
         actor=actor,
         result_code=result_code,
@@ -830,13 +866,6 @@ class Outcome:
     result_code: str
     error: str = ""
     executed_detail: Mapping[str, Any] = field(default_factory=dict)
-
-
-_FINISH_EVENT = {
-    S.SUCCEEDED: EventType.SUCCEEDED,
-    S.FAILED: EventType.FAILED,
-    S.OUTCOME_UNKNOWN: EventType.OUTCOME_UNKNOWN,
-}
 
 
 class _BatchDrift(Exception):
@@ -937,15 +966,12 @@ def begin_jobs(
                 assignments={"state": S.EXECUTING, "lease_until": lease_until, "updated_at": now},
                 lease_running_at=now,
             )
-            events: list[Event] = []
-            for job in jobs:
-                if job.job_id in moved:
-                    events.append(_event(job, EventType.STARTED, actor, now, S.EXECUTING))
-                    detail = dict(authorized.get(job.job_id, {}))
-                    events.append(
-                        _event(job, EventType.AUTHORIZED, actor, now, S.EXECUTING, **detail)
-                    )
-            record_events(events)
+            record_events(
+                event
+                for job in jobs
+                if job.job_id in moved
+                for event in _begin_events(job, actor, now, authorized.get(job.job_id, {}))
+            )
     except _BatchDrift as exc:
         log.warning("batched begin undone: job %s drifted; each job goes on its own", exc)
         return set()
@@ -986,25 +1012,20 @@ def finish_jobs(outcomes: list[Outcome], *, actor: str, at: dt.datetime | None =
                 moved |= _batch_update(
                     [o.job for o in group], from_state=S.EXECUTING, assignments=values
                 )
-            events: list[Event] = []
-            for o in outcomes:
-                if o.job.job_id not in moved:
-                    continue
-                executed = dict(o.executed_detail)
-                executed.setdefault("result_code", o.result_code)
-                events.append(_event(o.job, EventType.EXECUTED, actor, now, o.to, **executed))
-                extra = {"error": o.error} if o.error else {}
-                events.append(
-                    _event(
-                        o.job,
-                        _FINISH_EVENT[o.to],
-                        actor,
-                        now,
-                        o.to,
-                        result_code=o.result_code,
-                        **extra,
-                    )
+            events = [
+                event
+                for o in outcomes
+                if o.job.job_id in moved
+                for event in _outcome_events(
+                    o.job,
+                    actor,
+                    now,
+                    to=o.to,
+                    result_code=o.result_code,
+                    error=o.error,
+                    executed_detail=o.executed_detail,
                 )
+            ]
             record_events(events)
     except _BatchDrift as exc:
         log.warning("batched outcome undone: job %s drifted; each job goes on its own", exc)

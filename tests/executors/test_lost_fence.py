@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from inbox.models import JobState
@@ -17,7 +19,8 @@ print(recover_stale_claims_report(at=db_now() + dt.timedelta(hours=1), actor="te
 """
 
 
-def test_claim_lost_mid_job_outcome_not_recorded_and_job_runs_again(proc_db):
+def _gated(proc_db) -> tuple[Path, Path]:
+    """Slow handlers that note their start in a marker file and wait for a gate file."""
     marker = proc_db.workdir / "started.txt"
     gate = proc_db.workdir / "gate"
     proc_db.extra_env.update(
@@ -25,6 +28,11 @@ def test_claim_lost_mid_job_outcome_not_recorded_and_job_runs_again(proc_db):
         SLOW_HANDLER_MARKER=str(marker),
         SLOW_HANDLER_GATE=str(gate),
     )
+    return marker, gate
+
+
+def test_claim_lost_mid_job_outcome_not_recorded_and_job_runs_again(proc_db):
+    marker, gate = _gated(proc_db)
     doc = noop_doc(job_type="SLOW_NOOP")
     seed(proc_db, [doc])
     proc = start_executor(
@@ -47,13 +55,7 @@ def test_claim_lost_mid_job_outcome_not_recorded_and_job_runs_again(proc_db):
 def test_claims_lost_mid_batch_outcomes_refused_and_the_batch_runs_again(proc_db):
     """The batched path: the sweep takes the whole begun batch away while its first handler
     runs. Every outcome is refused at commit (the fence), and each job runs again once."""
-    marker = proc_db.workdir / "started.txt"
-    gate = proc_db.workdir / "gate"
-    proc_db.extra_env.update(
-        DJANGO_SETTINGS_MODULE="tests.executors.slow_settings",
-        SLOW_HANDLER_MARKER=str(marker),
-        SLOW_HANDLER_GATE=str(gate),
-    )
+    marker, gate = _gated(proc_db)
     docs = [noop_doc(job_type="SLOW_NOOP") for _ in range(3)]
     seed(proc_db, docs)
     proc = start_executor(
