@@ -3,7 +3,7 @@
 from django.contrib import admin
 
 from audit.models import AuditEvent
-from inbox.admin_utils import EstimatedCountPaginator
+from core.paging import EstimatedCountPaginator
 
 
 @admin.register(AuditEvent)

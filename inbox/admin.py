@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from core.paging import EstimatedCountPaginator
 from inbox import transitions
-from inbox.admin_utils import EstimatedCountPaginator
 from inbox.errors import InboxError
 from inbox.jobtypes import registry
 from inbox.models import Approval, Job, JobState, ScopePause, Worker

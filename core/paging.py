@@ -1,13 +1,26 @@
-"""Admin helpers that keep changelists usable at millions of rows."""
+"""Counts that never scan a whole table, for lists and admin changelists at millions of rows."""
 
 from __future__ import annotations
 
 from django.core.paginator import Paginator
 from django.db import connections
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
-# Above this many matching rows the changelist shows "N+" pages instead of an exact count.
+# Above this many matching rows a list says "10,000+" instead of counting on.
 COUNT_CAP = 10_000
+
+
+def capped_count(qs: QuerySet, cap: int | None = None) -> int:
+    """Count at most ``cap + 1`` rows: one bounded query, never a full-table COUNT(*)."""
+    cap = COUNT_CAP if cap is None else cap
+    return qs.order_by()[: cap + 1].count()
+
+
+def count_label(count: int, cap: int | None = None) -> str:
+    """``12`` → "12"; anything past the cap → "10,000+"."""
+    cap = COUNT_CAP if cap is None else cap
+    return f"{cap:,}+" if count > cap else f"{count:,}"
 
 
 class EstimatedCountPaginator(Paginator):
@@ -33,4 +46,4 @@ class EstimatedCountPaginator(Paginator):
                 row = cursor.fetchone()
             if row and row[0] > COUNT_CAP:
                 return int(row[0])
-        return qs.order_by()[: COUNT_CAP + 1].count()
+        return capped_count(qs)

@@ -1,0 +1,34 @@
+"""The one clock: the database's (DESIGN §1.4). Every lease, run and heartbeat time comes from
+here, so hosts with skewed wall clocks agree; ``at=`` pins it in tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import connection
+from django.utils.dateparse import parse_datetime
+
+
+def db_now(at: dt.datetime | None = None) -> dt.datetime:
+    """The database's current time (or ``at``)."""
+    if at is not None:
+        return at
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # statement_timestamp(), not now(): now() is frozen at the transaction's start.
+            cursor.execute("SELECT statement_timestamp()")
+            return cursor.fetchone()[0]
+        # SQLite's clock is the host's C library clock, shared by every process on the host.
+        cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+        return parse_sqlite_datetime(cursor.fetchone()[0])
+
+
+def parse_sqlite_datetime(value: str | dt.datetime) -> dt.datetime:
+    """A timestamp SQLite returned as text, as an aware UTC datetime."""
+    if isinstance(value, dt.datetime):
+        parsed = value
+    else:
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"not a datetime from SQLite: {value!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
