@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from core.errors import ConfigurationError, DomainError
 
-class InboxError(Exception):
-    """Base of every inbox error; commands turn these into a CommandError."""
+__all__ = [
+    "ApprovalError",
+    "ConfigurationError",
+    "IdempotencyConflict",
+    "ImmutableFieldDrift",
+    "InboxError",
+    "InvalidTransition",
+    "JobNotFound",
+    "JobValidationError",
+    "LostClaim",
+]
+
+
+class InboxError(DomainError):
+    """Base of every inbox refusal; the console answers 409, commands a CommandError."""
 
 
 class JobNotFound(InboxError):
@@ -70,7 +84,3 @@ class IdempotencyConflict(InboxError):
 
 class ApprovalError(InboxError):
     """An approval decision was refused (four-eyes, permission, state)."""
-
-
-class ConfigurationError(InboxError):
-    """Settings or the database are not fit for a worker; the message says what to fix."""

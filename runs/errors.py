@@ -5,9 +5,11 @@ Raised by ``runs.transitions`` and the consolidators; commands turn them into ``
 
 from __future__ import annotations
 
+from core.errors import DomainError
 
-class RunError(Exception):
-    """Base of every run error."""
+
+class RunError(DomainError):
+    """Base of every run refusal."""
 
 
 class RunNotFound(RunError):
