@@ -1,10 +1,20 @@
-"""All writes to Job state, claim and lease fields (DESIGN §1.3–§1.6).
+"""The one writer of Job state, claim and lease fields (DESIGN §1.3–§1.6).
 
-Every function is one guarded UPDATE — the allowed from-states (and, for worker-side writes, the
-caller's ``claim_id``) in its WHERE clause — plus its audit event, in one transaction. A refused
-transition raises and writes nothing. Times come from the database clock (``db_now``); every
-function takes ``at=`` so tests can pin it. Callers: the executor, views, admin actions and
-management commands; nothing else assigns these fields.
+Every change of a job row goes through ``_move``: one guarded ``UPDATE … WHERE <every guard>
+… RETURNING`` over N ≥ 1 rows plus one INSERT of their audit events, in one transaction. The
+guards are the allowed from-states, the claim the caller must hold (a worker's write) or the
+claim it saw (a sweep), the lease (running or lapsed) and the seal: the fingerprint is
+recomputed from the immutable columns and payload keys the UPDATE returns. ``_move`` also writes
+down every refusal in one place: a stale holder's write (STALE_WRITE_REJECTED), a fingerprint
+drift (FINGERPRINT_DRIFT) and an illegal transition (an ``InvalidTransition`` naming the job,
+the from-state and the to-state, nothing written).
+
+The public functions are thin callers — each names its from-states, to-state, field effects and
+events — with a set form (``claim_next_jobs``, ``begin_jobs``, ``finish_jobs``,
+``renew_leases``, ``release_jobs``, ``retry_jobs``, ``reconcile_jobs``…) and a one-job form that
+is a batch of one. Times come from the database clock; every function takes ``at=`` so tests
+can pin it. Callers: the executor, the console, admin actions and management commands; nothing
+else writes these fields, and nothing else issues an UPDATE of the job table.
 """
 
 from __future__ import annotations
@@ -12,21 +22,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
-from django.utils.dateparse import parse_datetime
 
 from audit.events import Event, record_event, record_events
 from audit.models import AuditEvent, EventType
+from core.clock import db_now, parse_sqlite_datetime
 from inbox.errors import (
     IdempotencyConflict,
     ImmutableFieldDrift,
+    InboxError,
     InvalidTransition,
     JobNotFound,
     LostClaim,
@@ -41,6 +51,44 @@ from inbox.jobtypes import (
 )
 from inbox.models import HELD_STATES, Job, JobState
 
+__all__ = [
+    "EDITABLE_FIELDS",
+    "Held",
+    "Moved",
+    "Outcome",
+    "RecoveryReport",
+    "begin_job",
+    "begin_jobs",
+    "build_job",
+    "claim_job",
+    "claim_next_jobs",
+    "complete_job",
+    "create_job",
+    "db_now",
+    "edit_job_fields",
+    "fail_job",
+    "fingerprint_of",
+    "fingerprint_ok",
+    "finish_jobs",
+    "lapsed_outcome",
+    "lock_jobs",
+    "mark_outcome_unknown",
+    "mark_ready",
+    "reconcile_job",
+    "reconcile_jobs",
+    "recover_stale_claims",
+    "recover_stale_claims_report",
+    "reject_job",
+    "release_job",
+    "release_jobs",
+    "renew_lease",
+    "renew_leases",
+    "retry_job",
+    "retry_jobs",
+    "set_result_code",
+    "set_result_codes",
+]
+
 log = logging.getLogger(__name__)
 
 S = JobState
@@ -48,32 +96,19 @@ S = JobState
 # immutable, or owned by the transitions below.
 EDITABLE_FIELDS = ("note", "max_attempts")
 CLEARED_CLAIM: dict[str, Any] = {"worker_id": "", "claim_id": "", "lease_until": None}
-
-
-# --- the clock ------------------------------------------------------------------------------
-
-
-def db_now(at: dt.datetime | None = None) -> dt.datetime:
-    """The database's current time (or ``at``). One clock for every host (DESIGN §1.4)."""
-    if at is not None:
-        return at
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SELECT statement_timestamp()")
-            return cursor.fetchone()[0]
-        # SQLite's clock is the host's C library clock, shared by every process on the host.
-        cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
-        return _parse_sqlite_datetime(cursor.fetchone()[0])
-
-
-def _parse_sqlite_datetime(value: str | dt.datetime) -> dt.datetime:
-    if isinstance(value, dt.datetime):
-        parsed = value
-    else:
-        parsed = parse_datetime(value)
-        if parsed is None:
-            raise ValueError(f"not a datetime from SQLite: {value!r}")
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+# States in which a job may still be unsealed (the seal is made on CREATED → READY).
+UNSEALED_STATES = (S.CREATED, S.REJECTED)
+# The event that records each outcome state.
+_FINISH_EVENT = {
+    S.SUCCEEDED: EventType.SUCCEEDED,
+    S.FAILED: EventType.FAILED,
+    S.OUTCOME_UNKNOWN: EventType.OUTCOME_UNKNOWN,
+}
+_RANDOM_TOKEN_SQL = {
+    "postgresql": "replace(gen_random_uuid()::text, '-', '')",
+    "sqlite": "lower(hex(randomblob(16)))",
+}
+_COLUMNS = tuple(f.column for f in Job._meta.concrete_fields)
 
 
 def _lease(now: dt.datetime, lease_seconds: int | float) -> dt.datetime:
@@ -87,21 +122,415 @@ def _lease(now: dt.datetime, lease_seconds: int | float) -> dt.datetime:
 
 def fingerprint_of(job: Job) -> str:
     """Recompute a job's fingerprint from its stored columns and payload."""
-    columns = {
-        "job_type": job.job_type,
-        "object_id": job.object_id,
-        "vault_path": job.vault_path,
-        "mission_id": job.mission_id,
-        "approval_id": job.approval_id,
-    }
+    columns = {name: getattr(job, name) for name in IMMUTABLE_COLUMNS}
     return compute_fingerprint(columns=columns, payload=job.payload or {})
 
 
 def fingerprint_ok(job: Job) -> bool:
     """True while the job is unsealed (CREATED/REJECTED before READY) or its seal still holds."""
-    if not job.fingerprint and job.state in (S.CREATED, S.REJECTED):
+    if not job.fingerprint and job.state in UNSEALED_STATES:
         return True
     return job.fingerprint == fingerprint_of(job)
+
+
+# --- the one guarded write --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A row a transition targets: its id and, for fenced writes, the claim the caller holds
+    (a worker) or saw (a sweep). ``job`` is the caller's copy, updated in place if it moves."""
+
+    job_id: str
+    claim_id: str | None = None
+    job: Job | None = None
+
+    @classmethod
+    def of(cls, job: Job) -> Held:
+        return cls(job.job_id, job.claim_id, job)
+
+
+class Moved(set):
+    """The ids a transition moved (a set, so batch callers compare it directly), with the moved
+    rows in input order and every refusal, already recorded where DESIGN asks for a record.
+
+    ``undone`` lists the ids of a fail-closed batch: a fingerprint drift anywhere undid it all
+    and nothing was written; each row must be tried again on its own (a batch of one), which
+    refuses exactly the drifted one and records why.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: list[Job] = []
+        self.refused: dict[str, InboxError] = {}
+        self.undone: list[str] = []
+
+    def one(self) -> Job:
+        """The moved job of a batch of one, or its refusal raised."""
+        if self.jobs:
+            return self.jobs[0]
+        if self.refused:
+            raise next(iter(self.refused.values()))
+        raise InvalidTransition("?", None, "?", "nothing to move")  # pragma: no cover
+
+
+class Sql(str):
+    """A SQL expression assigned by an UPDATE (evaluated per row, e.g. ``attempt_count + 1``)."""
+
+
+# What builds a moved row's events: (the row after the write, the row before when it was read
+# under lock, the database time).
+EventsFor = Callable[[Job, "Job | None", dt.datetime], list[Event]]
+Fence = Literal["holder", "observed"]
+LeaseGuard = Literal["running", "lapsed"]
+
+
+class _BatchDrift(Exception):
+    """A fail-closed batch found a drifted row: the caller's atomic block undoes it all."""
+
+    def __init__(self, job_ids: list[str]) -> None:
+        self.job_ids = job_ids
+        super().__init__(", ".join(job_ids))
+
+
+def lock_jobs(job_ids: Iterable[str]) -> dict[str, Job]:
+    """Load jobs for a write in this transaction: ``FOR UPDATE`` on PostgreSQL (SQLite's
+    IMMEDIATE transaction already holds the write lock). The inbox's one load-and-lock helper."""
+    qs = Job.objects.filter(job_id__in=list(job_ids))
+    if connection.vendor == "postgresql":
+        qs = qs.select_for_update()
+    return {job.job_id: job for job in qs}
+
+
+def _move(
+    held: Sequence[Held],
+    *,
+    to: str | None,
+    allowed: Iterable[str],
+    actor: str,
+    events: EventsFor,
+    values: Mapping[str, Any] | None = None,
+    fence: Fence | None = None,
+    lease: LeaseGuard | None = None,
+    seal: bool = True,
+    prior: Mapping[str, Job] | None = None,
+    check: Callable[[Job, dt.datetime], None] | None = None,
+    fail_closed: bool = False,
+    full: bool = True,
+    why: str = "",
+    refusal: Callable[[Job, Held], InboxError | None] | None = None,
+    at: dt.datetime | None = None,
+) -> Moved:
+    """Move ``held`` rows ``allowed`` → ``to`` (None: the state stays) in one guarded UPDATE.
+
+    - ``fence``: "holder" — the row's ``claim_id`` must be the caller's, else ``LostClaim``
+      and a STALE_WRITE_REJECTED event; "observed" — it must still be the claim the caller saw.
+    - ``lease``: the lease must still run ("running") or have lapsed ("lapsed") at ``now``.
+    - ``seal``: the fingerprint must still hold (recomputed from what the UPDATE returns);
+      a drift is refused, recorded once, and the rest of the batch goes on — or, with
+      ``fail_closed``, the whole batch is undone with nothing written (``Moved.undone``).
+    - ``prior``: the rows as read under lock in this transaction (``lock_jobs``), for callers
+      whose events or ``check`` need the values before the write; the refusals are then named
+      from them before the UPDATE.
+    - ``full``: return whole rows (payload included); otherwise only the seal's columns and the
+      assigned ones (the executor's batches update their own copies).
+    - ``why`` names a failed lease/observed-claim guard; ``refusal`` lets a caller name a
+      refusal its own way (``renew_leases``).
+    """
+    allowed = tuple(allowed)
+    assigned = dict(values or {})
+    result = Moved()
+    if not held:
+        return result
+    refused: dict[str, InboxError] = {}
+    stale: list[tuple[Job, Held]] = []
+    drifted: list[Job] = []
+    rows: dict[str, tuple[Job, Job | None]] = {}
+    with transaction.atomic():
+        now = db_now(at)
+        targets = list(held)
+        if prior is not None:
+            targets = []
+            for item in held:
+                before = prior.get(item.job_id)
+                error = _refusal(before, item, to, allowed, fence, lease, seal, now, why, refusal)
+                if error is None and check is not None:
+                    try:
+                        check(before, now)
+                    except InvalidTransition as exc:
+                        error = exc
+                if error is None:
+                    targets.append(item)
+                    continue
+                refused[item.job_id] = error
+                if _is_stale(error, before, item, allowed, fence):
+                    stale.append((before, item))
+                elif isinstance(error, ImmutableFieldDrift) and before is not None:
+                    drifted.append(before)
+        while targets:
+            try:
+                with transaction.atomic():
+                    returned = _update(
+                        targets,
+                        to=to,
+                        allowed=allowed,
+                        values=assigned,
+                        fence=fence,
+                        lease=lease,
+                        seal=seal,
+                        full=full,
+                        now=now,
+                    )
+                    bad = [job for job in returned.values() if seal and not _sealed(job)]
+                    if bad:
+                        raise _BatchDrift([job.job_id for job in bad])
+            except _BatchDrift as exc:
+                if fail_closed:
+                    raise
+                for job_id in exc.job_ids:
+                    current = Job.objects.filter(job_id=job_id).first()
+                    refused[job_id] = ImmutableFieldDrift(
+                        job_id, current.fingerprint, fingerprint_of(current)
+                    )
+                    drifted.append(current)
+                targets = [t for t in targets if t.job_id not in exc.job_ids]
+                continue
+            for item in targets:
+                after = returned.get(item.job_id)
+                if after is not None:
+                    rows[item.job_id] = (after, (prior or {}).get(item.job_id))
+            missing = [t for t in targets if t.job_id not in returned]
+            if missing:
+                if prior is not None:
+                    for item in missing:
+                        refused[item.job_id] = _invalid(item.job_id, prior[item.job_id], to)
+                else:
+                    current = {j.job_id: j for j in Job.objects.filter(job_id__in=_ids(missing))}
+                    for item in missing:
+                        job = current.get(item.job_id)
+                        error = _refusal(
+                            job, item, to, allowed, fence, lease, seal, now, why, refusal
+                        ) or _invalid(item.job_id, job, to)
+                        refused[item.job_id] = error
+                        if _is_stale(error, job, item, allowed, fence):
+                            stale.append((job, item))
+                        elif isinstance(error, ImmutableFieldDrift) and job is not None:
+                            drifted.append(job)
+            break
+        moved_events: list[Event] = []
+        for item in held:
+            if item.job_id in rows:
+                after, before = rows[item.job_id]
+                moved_events.extend(events(after, before, now))
+        record_events(moved_events)
+    # Refusals are written after the transition's own transaction: nothing of it is kept.
+    for job, item in stale:
+        _record_stale_write(job, to or job.state, item.claim_id or "", actor, at)
+    for job in drifted:
+        _record_drift(job, to or job.state, actor, at)
+    for item in held:
+        if item.job_id in rows:
+            after = rows[item.job_id][0]
+            job = _into(item.job, after, assigned, full) if item.job is not None else after
+            result.add(item.job_id)
+            result.jobs.append(job)
+        elif item.job_id in refused:
+            result.refused[item.job_id] = refused[item.job_id]
+    return result
+
+
+def _ids(items: Iterable[Held]) -> list[str]:
+    return [item.job_id for item in items]
+
+
+def _refusal(
+    job: Job | None,
+    item: Held,
+    to: str | None,
+    allowed: tuple[str, ...],
+    fence: Fence | None,
+    lease: LeaseGuard | None,
+    seal: bool,
+    now: dt.datetime,
+    why: str,
+    refusal: Callable[[Job, Held], InboxError | None] | None,
+) -> InboxError | None:
+    """Why ``job`` (as stored now) may not move, or None. The order is the contract: a stale
+    holder hears that it lost the claim whatever state the new holder moved the job to."""
+    if job is None:
+        return JobNotFound(item.job_id)
+    target = to or job.state
+    if refusal is not None and (error := refusal(job, item)) is not None:
+        return error
+    if fence == "holder" and job.claim_id != item.claim_id:
+        holder = job.worker_id or "nobody"
+        return LostClaim(
+            job.job_id,
+            job.state,
+            target,
+            claim_id=item.claim_id or "",
+            why=f"claim {item.claim_id} is no longer held (held by {holder})",
+        )
+    if job.state not in allowed:
+        return InvalidTransition(
+            job.job_id, job.state, target, f"allowed only from {', '.join(allowed)}"
+        )
+    if seal and not fingerprint_ok(job):
+        return ImmutableFieldDrift(job.job_id, job.fingerprint, fingerprint_of(job))
+    observed_lost = fence == "observed" and job.claim_id != item.claim_id
+    lease_failed = (lease == "running" and (job.lease_until is None or job.lease_until < now)) or (
+        lease == "lapsed" and (job.lease_until is None or job.lease_until >= now)
+    )
+    if observed_lost or lease_failed:
+        return InvalidTransition(job.job_id, job.state, target, why or "lost a race")
+    return None
+
+
+def _is_stale(
+    error: InboxError,
+    job: Job | None,
+    item: Held,
+    allowed: tuple[str, ...],
+    fence: Fence | None,
+) -> bool:
+    """A holder's write refused because the claim is no longer its own (a STALE_WRITE record);
+    a lapsed lease under a claim still held is only awaiting the sweep."""
+    if not isinstance(error, LostClaim) or fence != "holder" or job is None:
+        return False
+    return not (job.claim_id == item.claim_id and job.state in allowed)
+
+
+def _invalid(job_id: str, job: Job | None, to: str | None) -> InboxError:
+    if job is None:
+        return JobNotFound(job_id)
+    return InvalidTransition(job_id, job.state, to or job.state, "lost a race")
+
+
+def _sealed(job: Job) -> bool:
+    """The seal check on a returned row (its ``state`` is already the new one)."""
+    return not job.fingerprint or job.fingerprint == fingerprint_of(job)
+
+
+def _seal_payload_sql() -> str:
+    """Only the payload keys a seal needs: a SAVE's payload carries its content (megabytes)."""
+    if connection.vendor == "postgresql":
+        pairs = ", ".join(f"'{k}', payload -> '{k}'" for k in IMMUTABLE_PAYLOAD_FIELDS)
+        return f"jsonb_build_object({pairs})"
+    pairs = ", ".join(f"'{k}', json_extract(payload, '$.{k}')" for k in IMMUTABLE_PAYLOAD_FIELDS)
+    return f"json_object({pairs})"
+
+
+def _update(
+    targets: list[Held],
+    *,
+    to: str | None,
+    allowed: tuple[str, ...],
+    values: Mapping[str, Any],
+    fence: Fence | None,
+    lease: LeaseGuard | None,
+    seal: bool,
+    full: bool,
+    now: dt.datetime,
+) -> dict[str, Job]:
+    """The UPDATE itself: every guard in its WHERE clause; the returned rows by id."""
+    assignments = dict(values)
+    if to is not None:
+        assignments["state"] = to
+    assignments["updated_at"] = now
+    sets, params = _assign(assignments)
+    # ``state || ''`` keeps the planner on the primary key: every transition leaves a dead
+    # entry in the state indexes, so on a busy queue "state = 'CLAIMED'" walks thousands.
+    where = [f"state || '' IN ({', '.join(['%s'] * len(allowed))})"]
+    params += list(allowed)
+    if fence is not None:
+        where.append(f"(job_id, claim_id) IN ({_pairs_sql()})")
+        params.append(json.dumps([{"j": t.job_id, "c": t.claim_id or ""} for t in targets]))
+    else:
+        where.append(f"job_id IN ({_ids_sql()})")
+        params.append(_ids_param([t.job_id for t in targets]))
+    adapt = connection.ops.adapt_datetimefield_value
+    if lease == "running":
+        where.append("lease_until >= %s")
+        params.append(adapt(now))
+    elif lease == "lapsed":
+        where.append("lease_until < %s")
+        params.append(adapt(now))
+    if seal:
+        unsealed = ", ".join(f"'{s}'" for s in UNSEALED_STATES)
+        where.append(f"(fingerprint <> '' OR state IN ({unsealed}))")
+    table = connection.ops.quote_name(Job._meta.db_table)
+    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)} {_returning(full)}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return _jobs_from(cursor)
+
+
+def _assign(assignments: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
+    adapt = connection.ops.adapt_datetimefield_value
+    sets, params = [], []
+    for column, value in assignments.items():
+        if isinstance(value, Sql):
+            sets.append(f"{column} = {value}")
+        else:
+            sets.append(f"{column} = %s")
+            params.append(adapt(value) if isinstance(value, dt.datetime) else value)
+    return sets, params
+
+
+def _ids_sql() -> str:
+    # One statement text for any batch size (the driver parses and caches it once).
+    if connection.vendor == "postgresql":
+        return "SELECT unnest(%s::text[])"
+    return "SELECT value FROM json_each(%s)"
+
+
+def _ids_param(ids: list[str]) -> Any:
+    return ids if connection.vendor == "postgresql" else json.dumps(ids)
+
+
+def _pairs_sql() -> str:
+    if connection.vendor == "postgresql":
+        return "SELECT j, c FROM jsonb_to_recordset(%s::jsonb) AS x(j text, c text)"
+    return "SELECT json_extract(value, '$.j'), json_extract(value, '$.c') FROM json_each(%s)"
+
+
+def _returning(full: bool) -> str:
+    if full:
+        return f"RETURNING {', '.join(_COLUMNS)}"
+    columns = [c for c in _COLUMNS if c != "payload"]
+    return f"RETURNING {', '.join(columns)}, {_seal_payload_sql()} AS payload"
+
+
+_DATETIMES = {
+    f.column for f in Job._meta.concrete_fields if f.get_internal_type() == "DateTimeField"
+}
+
+
+def _jobs_from(cursor) -> dict[str, Job]:
+    """Jobs built from RETURNING rows (SQLite hands back text for datetimes and JSON)."""
+    names = [col[0] for col in cursor.description]
+    jobs: dict[str, Job] = {}
+    for row in cursor.fetchall():
+        data = dict(zip(names, row, strict=True))
+        for name in _DATETIMES:
+            if data.get(name) is not None:
+                data[name] = parse_sqlite_datetime(data[name])  # aware, from text or naive
+        if isinstance(data.get("payload"), str):
+            data["payload"] = json.loads(data["payload"])
+        job = Job(**data)
+        job._state.adding = False
+        jobs[job.job_id] = job
+    return jobs
+
+
+def _into(mine: Job, after: Job, assigned: Mapping[str, Any], full: bool) -> Job:
+    """Bring the caller's copy up to date with the row the UPDATE returned."""
+    names = [f.attname for f in Job._meta.concrete_fields]
+    if not full:
+        names = [n for n in names if n != "payload"]
+    for name in names:
+        setattr(mine, name, getattr(after, name))
+    return mine
 
 
 def _record_drift(job: Job, to_state: str, actor: str, at: dt.datetime | None) -> None:
@@ -162,95 +591,14 @@ def _record_stale_write(job: Job, to_state: str, claim_id: str, actor: str, at) 
     )
 
 
-# --- the one guarded write --------------------------------------------------------------------
-
-
-@dataclass
-class _Change:
-    """What one transition writes besides ``state`` and ``updated_at``."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-
-
-def _load_locked(job_id: str) -> Job:
-    qs = Job.objects.filter(job_id=job_id)
-    if connection.vendor == "postgresql":
-        qs = qs.select_for_update()
-    job = qs.first()
-    if job is None:
-        raise JobNotFound(job_id)
-    return job
-
-
-def _transition(
-    job_id: str,
-    *,
-    to: str,
-    from_states: Iterable[str],
-    actor: str,
-    build: Callable[[Job, dt.datetime], _Change],
-    claim_id: str | None = None,
-    guard: Q | None = None,
-    guard_why: str = "",
-    at: dt.datetime | None = None,
-) -> Job:
-    """Move one job ``from_states`` → ``to``; the only code path that writes ``Job.state``.
-
-    ``claim_id`` fences worker-side writes; ``guard`` adds conditions to the WHERE clause (for
-    example "the lease has lapsed"). Refusals raise with nothing written; a fingerprint drift
-    and a stale holder's write are each recorded as their own event afterwards.
-    """
-    allowed = tuple(from_states)
-    drifted: Job | None = None
-    stale: Job | None = None
-    try:
-        with transaction.atomic():
-            job = _load_locked(job_id)
-            now = db_now(at)
-            # The claim first: a stale holder must hear that it lost the claim (and the write
-            # is recorded), whatever state the new holder has moved the job to.
-            if claim_id is not None and job.claim_id != claim_id:
-                stale = job
-                raise LostClaim(
-                    job_id,
-                    job.state,
-                    to,
-                    claim_id=claim_id,
-                    why=f"claim {claim_id} is no longer held (held by {job.worker_id or 'nobody'})",
-                )
-            if job.state not in allowed:
-                raise InvalidTransition(
-                    job_id, job.state, to, f"allowed only from {', '.join(allowed)}"
-                )
-            if not fingerprint_ok(job):
-                drifted = job
-                raise ImmutableFieldDrift(job_id, job.fingerprint, fingerprint_of(job))
-            change = build(job, now)
-            where = Q(job_id=job_id, state=job.state, fingerprint=job.fingerprint)
-            if claim_id is not None:
-                where &= Q(claim_id=claim_id)
-            if guard is not None:
-                where &= guard
-            values = {**change.values, "state": to, "updated_at": now}
-            if Job.objects.filter(where).update(**values) != 1:
-                raise InvalidTransition(job_id, job.state, to, guard_why or "lost a race")
-            record_events(change.events)
-    except ImmutableFieldDrift:
-        assert drifted is not None
-        _record_drift(drifted, to, actor, at)
-        raise
-    except LostClaim:
-        assert stale is not None
-        _record_stale_write(stale, to, claim_id or "", actor, at)
-        raise
-    for name, value in values.items():
-        setattr(job, name, value)
-    return job
-
-
 def _event(
-    job: Job, event_type: str, actor: str, now: dt.datetime, to: str, **detail: Any
+    job: Job,
+    event_type: str,
+    actor: str,
+    now: dt.datetime,
+    frm: str,
+    to: str,
+    **detail: Any,
 ) -> Event:
     result_code = detail.pop("result_code", "")
     return Event(
@@ -258,9 +606,17 @@ def _event(
         actor=actor,
         job_id=job.job_id,
         result_code=result_code,
-        detail={"from": job.state, "to": to, **detail},
+        detail={"from": frm, "to": to, **detail},
         at=now,
     )
+
+
+def _from(before: Job | None, allowed: Sequence[str]) -> str:
+    """The from-state of a moved row: as read under lock, or the only one allowed."""
+    if before is not None:
+        return before.state
+    assert len(allowed) == 1, "a transition from several states must read its rows first"
+    return allowed[0]
 
 
 # --- creation and validation -----------------------------------------------------------------
@@ -376,31 +732,50 @@ def mark_ready(
     at: dt.datetime | None = None,
 ) -> Job:
     """CREATED → READY; attach the approval (DELETE) and seal the fingerprint."""
+    with transaction.atomic():
+        prior = lock_jobs([job_id])
+        job = prior.get(job_id)
+        attach = approval_id or (job.approval_id if job is not None else None)
+        sealed = ""
+        if job is not None:
+            candidate = Job(**{n: getattr(job, n) for n in IMMUTABLE_COLUMNS}, payload=job.payload)
+            candidate.approval_id = attach
+            sealed = fingerprint_of(candidate)
 
-    def build(job: Job, now: dt.datetime) -> _Change:
-        job_type = get_job_type(job.job_type)
-        if job_type.needs_approval and not approval_id:
-            raise InvalidTransition(job_id, job.state, S.READY, "this job type needs an approval")
-        if approval_id and job.approval_id and job.approval_id != approval_id:
-            raise InvalidTransition(job_id, job.state, S.READY, "another approval is attached")
-        job.approval_id = approval_id or job.approval_id
-        sealed = fingerprint_of(job)
-        return _Change(
-            values={"approval_id": job.approval_id, "fingerprint": sealed},
-            events=[
+        def check(job: Job, _now: dt.datetime) -> None:
+            if get_job_type(job.job_type).needs_approval and not approval_id:
+                raise InvalidTransition(
+                    job_id, job.state, S.READY, "this job type needs an approval"
+                )
+            if approval_id and job.approval_id and job.approval_id != approval_id:
+                raise InvalidTransition(job_id, job.state, S.READY, "another approval is attached")
+
+        def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+            return [
                 _event(
                     job,
                     EventType.READY,
                     actor,
                     now,
+                    S.CREATED,
                     S.READY,
                     fingerprint=sealed,
-                    approval_id=job.approval_id,
+                    approval_id=attach,
                 )
-            ],
-        )
+            ]
 
-    return _transition(job_id, to=S.READY, from_states=[S.CREATED], actor=actor, build=build, at=at)
+        moved = _move(
+            [Held(job_id)],
+            to=S.READY,
+            allowed=[S.CREATED],
+            actor=actor,
+            values={"approval_id": attach, "fingerprint": sealed},
+            events=events,
+            prior=prior,
+            check=check,
+            at=at,
+        )
+    return moved.one()
 
 
 def reject_job(
@@ -412,45 +787,73 @@ def reject_job(
     claim_id: str | None = None,
     at: dt.datetime | None = None,
 ) -> Job:
-    """CREATED → REJECTED (validation/approval), or a holder's EXECUTING → REJECTED when the
-    authorization re-check fails right before execution. The reason is kept."""
+    """CREATED → REJECTED (validation/approval), or a holder's CLAIMED/EXECUTING → REJECTED when
+    the authorization re-check fails right before execution. The reason is kept."""
     if not reason:
         raise ValueError("reject_job needs a reason")
-    from_states = [S.CREATED] if claim_id is None else [S.CLAIMED, S.EXECUTING]
+    holder = claim_id is not None
+    allowed = [S.CLAIMED, S.EXECUTING] if holder else [S.CREATED]
 
-    def build(job: Job, now: dt.datetime) -> _Change:
-        return _Change(
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        frm = _from(before, allowed)
+        return [
+            _event(
+                job,
+                EventType.REJECTED,
+                actor,
+                now,
+                frm,
+                S.REJECTED,
+                reason=reason,
+                result_code=result_code,
+            )
+        ]
+
+    with transaction.atomic():
+        moved = _move(
+            [Held(job_id, claim_id)],
+            to=S.REJECTED,
+            allowed=allowed,
+            actor=actor,
             values={"result_code": result_code, "last_error": reason, **CLEARED_CLAIM},
-            events=[
-                _event(
-                    job,
-                    EventType.REJECTED,
-                    actor,
-                    now,
-                    S.REJECTED,
-                    reason=reason,
-                    result_code=result_code,
-                )
-            ],
+            events=events,
+            fence="holder" if holder else None,
+            prior=lock_jobs([job_id]),
+            at=at,
         )
-
-    return _transition(
-        job_id,
-        to=S.REJECTED,
-        from_states=from_states,
-        actor=actor,
-        build=build,
-        claim_id=claim_id,
-        at=at,
-    )
+    return moved.one()
 
 
 # --- claims and leases ------------------------------------------------------------------------
 
-_RANDOM_TOKEN_SQL = {
-    "postgresql": "replace(gen_random_uuid()::text, '-', '')",
-    "sqlite": "lower(hex(randomblob(16)))",
-}
+
+def _claim_values(worker_id: str, now: dt.datetime, lease_until: dt.datetime) -> dict[str, Any]:
+    return {
+        "worker_id": worker_id,
+        "claim_id": Sql(_RANDOM_TOKEN_SQL[connection.vendor]),
+        "claimed_at": now,
+        "lease_until": lease_until,
+        "attempt_count": Sql("attempt_count + 1"),
+    }
+
+
+def _claim_events(worker_id: str) -> EventsFor:
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        return [
+            _event(
+                job,
+                EventType.CLAIMED,
+                worker_id,
+                now,
+                S.READY,
+                S.CLAIMED,
+                claim_id=job.claim_id,
+                attempt=job.attempt_count,
+                lease_until=job.lease_until.isoformat(),
+            )
+        ]
+
+    return events
 
 
 def claim_next_jobs(
@@ -463,86 +866,41 @@ def claim_next_jobs(
 ) -> list[Job]:
     """Claim up to ``limit`` READY jobs of ``scope`` in claim order, atomically.
 
-    PostgreSQL locks the ids with FOR UPDATE SKIP LOCKED and then updates exactly those ids;
-    SQLite's IMMEDIATE transactions serialise claimers and the same guarded UPDATE keeps it
-    right. Jobs whose fingerprint drifted are skipped (and recorded), never claimed.
+    The ids are picked in claim order — on PostgreSQL with FOR UPDATE SKIP LOCKED, so
+    concurrent claimers take different rows; SQLite's IMMEDIATE transaction serialises them —
+    and moved by the one guarded UPDATE. A job whose seal broke is refused (and recorded) and
+    another is picked in its place.
     """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     if not worker_id:
         raise ValueError("claim_next_jobs needs a worker_id")
-    drifted: list[Job] = []
+    claimed: list[Job] = []
     with transaction.atomic():
         now = db_now(at)
         lease_until = _lease(now, lease_seconds)
-        good: list[Job] = []
+        skip: list[str] = []
         for _round in range(3):
             qs = Job.objects.filter(state=S.READY, scope=scope).order_by("created_at", "job_id")
-            if drifted:
-                qs = qs.exclude(job_id__in=[j.job_id for j in drifted])
+            if skip:
+                qs = qs.exclude(job_id__in=skip)
             if connection.vendor == "postgresql":
                 qs = qs.select_for_update(skip_locked=True)
-            candidates = list(qs[: limit - len(good)])
-            for job in candidates:
-                (good if fingerprint_ok(job) else drifted).append(job)
-            if len(good) >= limit or len(candidates) < limit or not drifted:
-                break
-        claimed = _claim_rows(good, worker_id=worker_id, now=now, lease_until=lease_until)
-        record_events(
-            _event(
-                job,
-                EventType.CLAIMED,
-                worker_id,
-                now,
-                S.CLAIMED,
-                claim_id=job.claim_id,
-                attempt=job.attempt_count,
-                lease_until=lease_until.isoformat(),
+            wanted = limit - len(claimed)
+            ids = list(qs.values_list("job_id", flat=True)[:wanted])
+            moved = _move(
+                [Held(job_id) for job_id in ids],
+                to=S.CLAIMED,
+                allowed=[S.READY],
+                actor=worker_id,
+                values=_claim_values(worker_id, now, lease_until),
+                events=_claim_events(worker_id),
+                at=now,
             )
-            for job in claimed
-        )
-        for job in claimed:
-            job.state = S.CLAIMED
-    for job in drifted:
-        _record_drift(job, S.CLAIMED, worker_id, at)
-    return claimed
-
-
-def _claim_rows(
-    jobs: list[Job], *, worker_id: str, now: dt.datetime, lease_until: dt.datetime
-) -> list[Job]:
-    """One guarded UPDATE … RETURNING for the chosen ids; returns the jobs it changed."""
-    if not jobs:
-        return []
-    table = Job._meta.db_table
-    adapt = connection.ops.adapt_datetimefield_value
-    token = _RANDOM_TOKEN_SQL[connection.vendor]
-    params: list[Any] = [S.CLAIMED, worker_id, adapt(now), adapt(lease_until), adapt(now), S.READY]
-    if connection.vendor == "postgresql":
-        chosen = "= ANY(%s::text[])"  # one statement text for any batch size
-        params.append([job.job_id for job in jobs])
-    else:
-        chosen = f"IN ({', '.join(['%s'] * len(jobs))})"
-        params += [job.job_id for job in jobs]
-    sql = (
-        f"UPDATE {table} SET state = %s, worker_id = %s, claim_id = {token}, "
-        "claimed_at = %s, lease_until = %s, attempt_count = attempt_count + 1, updated_at = %s "
-        f"WHERE state || '' = %s AND job_id {chosen} "  # by primary key: see _batch_update
-        "RETURNING job_id, claim_id, attempt_count"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = {job_id: (claim, attempts) for job_id, claim, attempts in cursor.fetchall()}
-    claimed = []
-    for job in jobs:
-        if job.job_id not in rows:
-            continue
-        job.claim_id, job.attempt_count = rows[job.job_id]
-        job.worker_id = worker_id
-        job.claimed_at = now
-        job.lease_until = lease_until
-        job.updated_at = now
-        claimed.append(job)
+            claimed += moved.jobs
+            skip += list(moved.refused)
+            if len(ids) < wanted or not moved.refused:
+                break
     return claimed
 
 
@@ -550,35 +908,72 @@ def claim_job(
     job_id: str, *, worker_id: str, lease_seconds: int, at: dt.datetime | None = None
 ) -> Job:
     """Claim one named READY job."""
+    with transaction.atomic():
+        now = db_now(at)
+        moved = _move(
+            [Held(job_id)],
+            to=S.CLAIMED,
+            allowed=[S.READY],
+            actor=worker_id,
+            values=_claim_values(worker_id, now, _lease(now, lease_seconds)),
+            events=_claim_events(worker_id),
+            at=now,
+        )
+    return moved.one()
 
-    def build(job: Job, now: dt.datetime) -> _Change:
-        claim = uuid.uuid4().hex
-        lease_until = _lease(now, lease_seconds)
-        return _Change(
-            values={
-                "worker_id": worker_id,
-                "claim_id": claim,
-                "claimed_at": now,
-                "lease_until": lease_until,
-                "attempt_count": job.attempt_count + 1,
-            },
-            events=[
-                _event(
-                    job,
-                    EventType.CLAIMED,
-                    worker_id,
-                    now,
-                    S.CLAIMED,
-                    claim_id=claim,
-                    attempt=job.attempt_count + 1,
-                    lease_until=lease_until.isoformat(),
+
+def renew_leases(
+    held: Sequence[Held],
+    *,
+    lease_seconds: int,
+    actor: str | None = None,
+    at: dt.datetime | None = None,
+) -> Moved:
+    """Extend the holder's leases; a lease that is no longer the caller's, or has lapsed, is
+    refused (``LostClaim``) and the worker must stop working on that job."""
+    actor = actor or "worker"
+
+    def refusal(job: Job, item: Held) -> InboxError | None:
+        if job.claim_id == item.claim_id and job.state in HELD_STATES:
+            if job.lease_until is None or job.lease_until < now:
+                lapsed = job.lease_until.isoformat() if job.lease_until else "never set"
+                return LostClaim(
+                    job.job_id,
+                    job.state,
+                    job.state,
+                    claim_id=item.claim_id or "",
+                    why=f"lease lapsed at {lapsed}; awaiting the sweep",
                 )
-            ],
+            return None
+        return LostClaim(
+            job.job_id,
+            job.state,
+            job.state,
+            claim_id=item.claim_id or "",
+            why=f"claim {item.claim_id} is no longer held (job is {job.state})",
         )
 
-    return _transition(
-        job_id, to=S.CLAIMED, from_states=[S.READY], actor=worker_id, build=build, at=at
-    )
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        detail = {"claim_id": job.claim_id, "lease_until": job.lease_until.isoformat()}
+        return [Event(EventType.LEASE_RENEWED, actor, job_id=job.job_id, detail=detail, at=now)]
+
+    with transaction.atomic():
+        now = db_now(at)
+        moved = _move(
+            held,
+            to=None,
+            allowed=HELD_STATES,
+            actor=actor,
+            values={"lease_until": _lease(now, lease_seconds)},
+            events=events,
+            fence="holder",
+            lease="running",
+            seal=False,
+            full=False,
+            refusal=refusal,
+            at=now,
+        )
+    return moved
 
 
 def renew_lease(
@@ -589,60 +984,113 @@ def renew_lease(
     actor: str | None = None,
     at: dt.datetime | None = None,
 ) -> dt.datetime:
-    """Extend the holder's lease; refused (``LostClaim``) once the claim is not its own or the
-    lease has already lapsed — the worker must then stop working on the job."""
-    stale: Job | None = None
-    try:
-        with transaction.atomic():
-            now = db_now(at)
-            lease_until = _lease(now, lease_seconds)
-            changed = Job.objects.filter(
-                job_id=job_id, claim_id=claim_id, state__in=HELD_STATES, lease_until__gte=now
-            ).update(lease_until=lease_until, updated_at=now)
-            if changed != 1:
-                job = Job.objects.filter(job_id=job_id).first()
-                if job is None:
-                    raise JobNotFound(job_id)
-                if job.claim_id == claim_id and job.state in HELD_STATES:
-                    why = f"lease lapsed at {job.lease_until.isoformat()}; awaiting the sweep"
-                else:
-                    stale = job
-                    why = f"claim {claim_id} is no longer held (job is {job.state})"
-                raise LostClaim(job_id, job.state, job.state, claim_id=claim_id, why=why)
-            record_event(
-                event_type=EventType.LEASE_RENEWED,
-                actor=actor or "worker",
-                job_id=job_id,
-                detail={"claim_id": claim_id, "lease_until": lease_until.isoformat()},
-                at=now,
-            )
-    except LostClaim:
-        if stale is not None:
-            _record_stale_write(stale, stale.state, claim_id, actor or "worker", at)
-        raise
-    return lease_until
+    """Extend one holder's lease; its new end, or ``LostClaim``."""
+    job = renew_leases(
+        [Held(job_id, claim_id)], lease_seconds=lease_seconds, actor=actor, at=at
+    ).one()
+    return job.lease_until
+
+
+def release_jobs(
+    held: Sequence[Held], *, actor: str, reason: str = "", at: dt.datetime | None = None
+) -> Moved:
+    """The holder hands back CLAIMED jobs it never began: → READY, the attempt not counted."""
+
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        return [_event(job, EventType.RELEASED, actor, now, S.CLAIMED, S.READY, reason=reason)]
+
+    return _move(
+        held,
+        to=S.READY,
+        allowed=[S.CLAIMED],
+        actor=actor,
+        values={
+            **CLEARED_CLAIM,
+            "attempt_count": Sql("CASE WHEN attempt_count > 0 THEN attempt_count - 1 ELSE 0 END"),
+        },
+        events=events,
+        fence="holder",
+        at=at,
+    )
 
 
 def release_job(
     job_id: str, *, claim_id: str, actor: str, reason: str = "", at: dt.datetime | None = None
 ) -> Job:
-    """The holder hands back a CLAIMED job it never began: → READY, the attempt not counted."""
+    """Hand back one CLAIMED job (see ``release_jobs``)."""
+    return release_jobs([Held(job_id, claim_id)], actor=actor, reason=reason, at=at).one()
 
-    def build(job: Job, now: dt.datetime) -> _Change:
-        return _Change(
-            values={**CLEARED_CLAIM, "attempt_count": max(job.attempt_count - 1, 0)},
-            events=[_event(job, EventType.RELEASED, actor, now, S.READY, reason=reason)],
+
+def _begin_events(actor: str, authorized: Callable[[str], Mapping[str, Any] | None]) -> EventsFor:
+    """STARTED, and AUTHORIZED with the executor's checks: what a begin records."""
+
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        out = [_event(job, EventType.STARTED, actor, now, S.CLAIMED, S.EXECUTING)]
+        checks = authorized(job.job_id)
+        if checks is not None:
+            out.append(
+                _event(job, EventType.AUTHORIZED, actor, now, S.CLAIMED, S.EXECUTING, **checks)
+            )
+        return out
+
+    return events
+
+
+def _begin(
+    held: Sequence[Held],
+    *,
+    actor: str,
+    lease_seconds: int | None,
+    authorized: Callable[[str], Mapping[str, Any] | None],
+    fail_closed: bool,
+    full: bool,
+    at: dt.datetime | None,
+) -> Moved:
+    with transaction.atomic():
+        now = db_now(at)
+        values = {} if lease_seconds is None else {"lease_until": _lease(now, lease_seconds)}
+        return _move(
+            held,
+            to=S.EXECUTING,
+            allowed=[S.CLAIMED],
+            actor=actor,
+            values=values,
+            events=_begin_events(actor, authorized),
+            fence="holder",
+            lease="running" if lease_seconds is not None else None,
+            fail_closed=fail_closed,
+            full=full,
+            why="the lease lapsed before the job began",
+            at=now,
         )
 
-    return _transition(
-        job_id,
-        to=S.READY,
-        from_states=[S.CLAIMED],
-        actor=actor,
-        build=build,
-        claim_id=claim_id,
-        at=at,
-    )
+
+def begin_jobs(
+    jobs: Sequence[Job],
+    *,
+    actor: str,
+    lease_seconds: int,
+    authorized: Mapping[str, Mapping[str, Any]],
+    at: dt.datetime | None = None,
+) -> Moved:
+    """CLAIMED → EXECUTING for a holder's batch, renewing each running lease, each begin
+    committed with its STARTED and AUTHORIZED (``authorized``: job id → the executor's checks).
+
+    Fail closed: a drifted seal anywhere undoes the whole batch (``Moved.undone``, nothing
+    written); begin each job on its own then. The copies in ``jobs`` are updated in place.
+    """
+    try:
+        return _begin(
+            [Held.of(job) for job in jobs],
+            actor=actor,
+            lease_seconds=lease_seconds,
+            authorized=lambda job_id: authorized.get(job_id, {}),
+            fail_closed=len(jobs) > 1,
+            full=False,
+            at=at,
+        )
+    except _BatchDrift as exc:
+        return _undone(jobs, exc)
 
 
 def begin_job(
@@ -660,73 +1108,136 @@ def begin_job(
     lapsed while the job waited in its batch must not start it). With ``authorized`` an
     AUTHORIZED event (the executor's checks) commits together with the start.
     """
-
-    def build(job: Job, now: dt.datetime) -> _Change:
-        values: dict[str, Any] = {}
-        if lease_seconds is not None:
-            if job.lease_until is None or job.lease_until < now:
-                raise InvalidTransition(
-                    job_id, job.state, S.EXECUTING, "the lease lapsed before the job began"
-                )
-            values["lease_until"] = _lease(now, lease_seconds)
-        return _Change(values=values, events=_begin_events(job, actor, now, authorized))
-
-    return _transition(
-        job_id,
-        to=S.EXECUTING,
-        from_states=[S.CLAIMED],
+    checks = dict(authorized) if authorized is not None else None
+    return _begin(
+        [Held(job_id, claim_id)],
         actor=actor,
-        build=build,
-        claim_id=claim_id,
+        lease_seconds=lease_seconds,
+        authorized=lambda _job_id: checks,
+        fail_closed=False,
+        full=True,
         at=at,
-    )
+    ).one()
 
 
-# The event that records each outcome state.
-_FINISH_EVENT = {
-    S.SUCCEEDED: EventType.SUCCEEDED,
-    S.FAILED: EventType.FAILED,
-    S.OUTCOME_UNKNOWN: EventType.OUTCOME_UNKNOWN,
-}
+@dataclass(frozen=True)
+class Outcome:
+    """A handler's result for ``finish_jobs``: the job as its holder knows it and the outcome."""
+
+    job: Job
+    to: str
+    result_code: str
+    error: str = ""
+    executed_detail: Mapping[str, Any] | None = field(default_factory=dict)
+    detail: Mapping[str, Any] | None = None
 
 
-def _begin_events(
-    job: Job, actor: str, now: dt.datetime, authorized: Mapping[str, Any] | None
-) -> list[Event]:
-    """STARTED, and AUTHORIZED with the executor's checks: what a begin records."""
-    events = [_event(job, EventType.STARTED, actor, now, S.EXECUTING)]
-    if authorized is not None:
-        events.append(
-            _event(job, EventType.AUTHORIZED, actor, now, S.EXECUTING, **dict(authorized))
-        )
-    return events
+def _outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
+    """The outcome event, preceded by EXECUTED when the outcome carries ``executed_detail``:
+    EXECUTED (the mutation was attempted) commits with its outcome, never alone."""
 
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        o = outcomes[job.job_id]
+        extra = dict(o.detail or {})
+        if o.error:
+            extra["error"] = o.error
+        out = [
+            _event(
+                job,
+                _FINISH_EVENT[o.to],
+                actor,
+                now,
+                S.EXECUTING,
+                o.to,
+                result_code=o.result_code,
+                **extra,
+            )
+        ]
+        if o.executed_detail is not None:
+            executed = dict(o.executed_detail)
+            executed.setdefault("result_code", o.result_code)
+            out.insert(
+                0, _event(job, EventType.EXECUTED, actor, now, S.EXECUTING, o.to, **executed)
+            )
+        return out
 
-def _outcome_events(
-    job: Job,
-    actor: str,
-    now: dt.datetime,
-    *,
-    to: str,
-    result_code: str,
-    error: str = "",
-    detail: Mapping[str, Any] | None = None,
-    executed_detail: Mapping[str, Any] | None = None,
-) -> list[Event]:
-    """The outcome event, preceded by EXECUTED when ``executed_detail`` is given: EXECUTED (the
-    mutation was attempted) commits with its outcome, never alone."""
-    extra = dict(detail or {})
-    if error:
-        extra["error"] = error
-    events = [_event(job, _FINISH_EVENT[to], actor, now, to, result_code=result_code, **extra)]
-    if executed_detail is not None:
-        executed = dict(executed_detail)
-        executed.setdefault("result_code", result_code)
-        events.insert(0, _event(job, EventType.EXECUTED, actor, now, to, **executed))
     return events
 
 
 def _finish(
+    outcomes: Sequence[Outcome],
+    *,
+    actor: str,
+    fail_closed: bool,
+    full: bool,
+    held: Callable[[Outcome], Held],
+    at: dt.datetime | None,
+) -> Moved:
+    groups: dict[tuple[str, str, str], list[Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.to not in _FINISH_EVENT:
+            raise ValueError(f"not an outcome state: {outcome.to}")
+        groups.setdefault((outcome.to, outcome.result_code, outcome.error), []).append(outcome)
+    by_id = {o.job.job_id: o for o in outcomes}
+    result = Moved()
+    with transaction.atomic():
+        now = db_now(at)
+        # One UPDATE per distinct outcome (usually one); the events follow the input order.
+        parts: dict[str, Moved] = {}
+        for (to, result_code, error), group in groups.items():
+            values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
+            if error:
+                values["last_error"] = error
+            part = _move(
+                [held(o) for o in group],
+                to=to,
+                allowed=[S.EXECUTING],
+                actor=actor,
+                values=values,
+                events=_outcome_events(actor, by_id),
+                fence="holder",
+                fail_closed=fail_closed,
+                full=full,
+                at=now,
+            )
+            for job in part.jobs:
+                parts[job.job_id] = part
+            result.refused.update(part.refused)
+    for o in outcomes:
+        job_id = o.job.job_id
+        if job_id in parts:
+            result.add(job_id)
+            result.jobs.extend(j for j in parts[job_id].jobs if j.job_id == job_id)
+    return result
+
+
+def finish_jobs(outcomes: Sequence[Outcome], *, actor: str, at: dt.datetime | None = None) -> Moved:
+    """EXECUTING → SUCCEEDED / FAILED / OUTCOME_UNKNOWN for a holder's batch, each outcome
+    committed with its EXECUTED event (one UPDATE per distinct outcome, usually one).
+
+    Fail closed like ``begin_jobs``; the copies in the outcomes are updated in place.
+    """
+    try:
+        return _finish(
+            outcomes,
+            actor=actor,
+            fail_closed=len(outcomes) > 1,
+            full=False,
+            held=lambda o: Held.of(o.job),
+            at=at,
+        )
+    except _BatchDrift as exc:
+        return _undone([o.job for o in outcomes], exc)
+
+
+def _undone(jobs: Sequence[Job], exc: _BatchDrift) -> Moved:
+    log.warning("batch undone: job %s drifted; each job goes on its own", exc)
+    moved = Moved()
+    moved.undone = [job.job_id for job in jobs]
+    return moved
+
+
+def _finish_one(
     job_id: str,
     *,
     to: str,
@@ -738,31 +1249,16 @@ def _finish(
     executed_detail: Mapping[str, Any] | None = None,
     at: dt.datetime | None = None,
 ) -> Job:
-    def build(job: Job, now: dt.datetime) -> _Change:
-        values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
-        if error:
-            values["last_error"] = error
-        events = _outcome_events(
-            job,
-            actor,
-            now,
-            to=to,
-            result_code=result_code,
-            error=error,
-            detail=detail,
-            executed_detail=executed_detail,
-        )
-        return _Change(values=values, events=events)
-
-    return _transition(
-        job_id,
-        to=to,
-        from_states=[S.EXECUTING],
+    stub = Job(job_id=job_id, claim_id=claim_id)
+    outcome = Outcome(stub, to, result_code, error, executed_detail, detail)
+    return _finish(
+        [outcome],
         actor=actor,
-        build=build,
-        claim_id=claim_id,
+        fail_closed=False,
+        full=True,
+        held=lambda o: Held(o.job.job_id, o.job.claim_id),
         at=at,
-    )
+    ).one()
 
 
 def complete_job(
@@ -776,7 +1272,7 @@ def complete_job(
     at: dt.datetime | None = None,
 ) -> Job:
     """EXECUTING → SUCCEEDED (with ``executed_detail``: and EXECUTED, in one transaction)."""
-    return _finish(
+    return _finish_one(
         job_id,
         to=S.SUCCEEDED,
         claim_id=claim_id,
@@ -800,7 +1296,7 @@ def fail_job(
     at: dt.datetime | None = None,
 ) -> Job:
     """EXECUTING → FAILED: the mutation certainly did not happen."""
-    return _finish(
+    return _finish_one(
         job_id,
         to=S.FAILED,
         claim_id=claim_id,
@@ -825,7 +1321,7 @@ def mark_outcome_unknown(
     at: dt.datetime | None = None,
 ) -> Job:
     """EXECUTING → OUTCOME_UNKNOWN: the handler could not tell whether the mutation happened."""
-    return _finish(
+    return _finish_one(
         job_id,
         to=S.OUTCOME_UNKNOWN,
         claim_id=claim_id,
@@ -836,207 +1332,6 @@ def mark_outcome_unknown(
         executed_detail=executed_detail,
         at=at,
     )
-
-
-# --- batched steps for idempotent jobs ---------------------------------------------------------
-#
-# The executor's fast path. A batch of jobs one holder claimed together moves CLAIMED →
-# EXECUTING in one guarded UPDATE, and their outcomes EXECUTING → SUCCEEDED/FAILED in another,
-# each with one INSERT of its audit events — two statements per batch step instead of five per
-# job. Every row keeps the guards of ``_transition``: the from-state and the holder's
-# ``claim_id`` in the WHERE clause (and for a begin, a running lease), and the fingerprint
-# recomputed from the row the UPDATE returns; a drift anywhere rolls the whole batch back.
-#
-# A row the batch does not move is never explained here: the caller sends it through the
-# one-job function (``begin_job``, ``complete_job``…), which either moves it or raises the exact
-# refusal and records a stale write. So refusals have one author, and a batch only ever does
-# what the one-job functions would have done.
-#
-# Only for idempotent types that need no approval (the executor checks ``JobType``): between a
-# batched begin and the job's handler a crash leaves the job EXECUTING, which for an idempotent
-# type the sweep returns to READY exactly as it would a CLAIMED one (§1.3).
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A handler's result for ``finish_jobs``: the job as its holder knows it and the outcome."""
-
-    job: Job
-    to: str
-    result_code: str
-    error: str = ""
-    executed_detail: Mapping[str, Any] = field(default_factory=dict)
-
-
-class _BatchDrift(Exception):
-    """A returned row's fingerprint no longer matches its seal: undo the whole batch."""
-
-
-def _returning_sql() -> str:
-    """RETURNING what a fingerprint needs: the immutable columns and only the immutable keys
-    of the payload (a SAVE's payload carries its content, up to megabytes)."""
-    if connection.vendor == "postgresql":
-        pairs = ", ".join(f"'{k}', payload -> '{k}'" for k in IMMUTABLE_PAYLOAD_FIELDS)
-        subset = f"jsonb_build_object({pairs})"
-    else:
-        pairs = ", ".join(
-            f"'{k}', json_extract(payload, '$.{k}')" for k in IMMUTABLE_PAYLOAD_FIELDS
-        )
-        subset = f"json_object({pairs})"
-    return f"RETURNING job_id, fingerprint, {', '.join(IMMUTABLE_COLUMNS)}, {subset}"
-
-
-def _batch_update(
-    jobs: list[Job],
-    *,
-    from_state: str,
-    assignments: Mapping[str, Any],
-    lease_running_at: dt.datetime | None = None,
-) -> set[str]:
-    """One guarded UPDATE of ``jobs`` (each fenced on its own ``claim_id``); the ids it moved.
-
-    With ``lease_running_at`` only rows whose lease runs at least until then move. Raises
-    ``_BatchDrift`` if a moved row's fingerprint does not hold; the caller's atomic block then
-    rolls everything back.
-    """
-    table = connection.ops.quote_name(Job._meta.db_table)
-    adapt = connection.ops.adapt_datetimefield_value
-    sets, params = [], []
-    for column, value in assignments.items():
-        sets.append(f"{column} = %s")
-        params.append(adapt(value) if isinstance(value, dt.datetime) else value)
-    # ``state || ''`` keeps the planner off the state indexes: every transition leaves a dead
-    # entry in them, so on a busy queue "state = 'CLAIMED'" walks thousands of dead entries
-    # (bitmap scans never mark them dead) while the primary key finds the batch's ten rows.
-    where = "state || '' = %s"
-    params.append(from_state)
-    if lease_running_at is not None:
-        where += " AND lease_until >= %s"
-        params.append(adapt(lease_running_at))
-    # The (job, claim) pairs travel as one JSON array: one statement text for any batch size.
-    if connection.vendor == "postgresql":
-        held = "SELECT j, c FROM jsonb_to_recordset(%s::jsonb) AS x(j text, c text)"
-    else:
-        held = "SELECT json_extract(value, '$.j'), json_extract(value, '$.c') FROM json_each(%s)"
-    params.append(json.dumps([{"j": job.job_id, "c": job.claim_id} for job in jobs]))
-    sql = (
-        f"UPDATE {table} SET {', '.join(sets)} WHERE {where} "
-        f"AND (job_id, claim_id) IN ({held}) {_returning_sql()}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    moved = set()
-    for row in rows:
-        job_id, sealed, *columns, subset = row
-        payload = json.loads(subset) if isinstance(subset, str) else (subset or {})
-        current = compute_fingerprint(
-            columns=dict(zip(IMMUTABLE_COLUMNS, columns, strict=True)), payload=payload
-        )
-        if current != sealed:
-            raise _BatchDrift(job_id)
-        moved.add(job_id)
-    return moved
-
-
-def begin_jobs(
-    jobs: list[Job],
-    *,
-    actor: str,
-    lease_seconds: int,
-    authorized: Mapping[str, Mapping[str, Any]],
-    at: dt.datetime | None = None,
-) -> set[str]:
-    """CLAIMED → EXECUTING for a holder's batch: ``begin_job`` with ``lease_seconds`` and
-    ``authorized`` (job id → the executor's checks), set-based.
-
-    Returns the ids that moved (their ``state`` and ``lease_until`` are updated in place). The
-    rest — lost claim, lapsed lease, another state — and the whole batch on a fingerprint drift
-    are left untouched for the caller to send through ``begin_job``.
-    """
-    if not jobs:
-        return set()
-    try:
-        with transaction.atomic():
-            now = db_now(at)
-            lease_until = _lease(now, lease_seconds)
-            moved = _batch_update(
-                jobs,
-                from_state=S.CLAIMED,
-                assignments={"state": S.EXECUTING, "lease_until": lease_until, "updated_at": now},
-                lease_running_at=now,
-            )
-            record_events(
-                event
-                for job in jobs
-                if job.job_id in moved
-                for event in _begin_events(job, actor, now, authorized.get(job.job_id, {}))
-            )
-    except _BatchDrift as exc:
-        log.warning("batched begin undone: job %s drifted; each job goes on its own", exc)
-        return set()
-    for job in jobs:
-        if job.job_id in moved:
-            job.state, job.lease_until, job.updated_at = S.EXECUTING, lease_until, now
-    return moved
-
-
-def finish_jobs(outcomes: list[Outcome], *, actor: str, at: dt.datetime | None = None) -> set[str]:
-    """EXECUTING → SUCCEEDED / FAILED / OUTCOME_UNKNOWN for a holder's batch, each outcome
-    committed with its EXECUTED event: ``complete_job`` and friends with ``executed_detail``,
-    set-based (one UPDATE per distinct outcome, usually one).
-
-    Returns the ids that moved; the rest are left for the one-job functions, as in
-    ``begin_jobs``.
-    """
-    if not outcomes:
-        return set()
-    groups: dict[tuple[str, str, str], list[Outcome]] = {}
-    for outcome in outcomes:
-        if outcome.to not in _FINISH_EVENT:
-            raise ValueError(f"not an outcome state: {outcome.to}")
-        groups.setdefault((outcome.to, outcome.result_code, outcome.error), []).append(outcome)
-    try:
-        with transaction.atomic():
-            now = db_now(at)
-            moved: set[str] = set()
-            for (to, result_code, error), group in groups.items():
-                values: dict[str, Any] = {
-                    "state": to,
-                    "result_code": result_code,
-                    "lease_until": None,
-                    "updated_at": now,
-                }
-                if error:
-                    values["last_error"] = error
-                moved |= _batch_update(
-                    [o.job for o in group], from_state=S.EXECUTING, assignments=values
-                )
-            events = [
-                event
-                for o in outcomes
-                if o.job.job_id in moved
-                for event in _outcome_events(
-                    o.job,
-                    actor,
-                    now,
-                    to=o.to,
-                    result_code=o.result_code,
-                    error=o.error,
-                    executed_detail=o.executed_detail,
-                )
-            ]
-            record_events(events)
-    except _BatchDrift as exc:
-        log.warning("batched outcome undone: job %s drifted; each job goes on its own", exc)
-        return set()
-    for o in outcomes:
-        if o.job.job_id in moved:
-            o.job.state, o.job.result_code, o.job.lease_until = o.to, o.result_code, None
-            o.job.updated_at = now
-            if o.error:
-                o.job.last_error = o.error
-    return moved
 
 
 # --- recovery ---------------------------------------------------------------------------------
@@ -1073,6 +1368,11 @@ class RecoveryReport:
             text += f"; {len(self.refused)} refused (fingerprint drift or race)"
         return text
 
+    def count(self, job: Job, to: str) -> None:
+        bucket = {S.READY: self.requeued, S.FAILED: self.max_attempts}.get(to, self.parked)
+        bucket[job.job_type] = bucket.get(job.job_type, 0) + 1
+        self.job_ids.append(job.job_id)
+
 
 def lapsed_outcome(job: Job) -> str:
     """Where §1.3 sends a job whose lease lapsed: READY, FAILED (max attempts) or UNKNOWN."""
@@ -1084,6 +1384,44 @@ def lapsed_outcome(job: Job) -> str:
     return S.READY
 
 
+def _recovery_values(to: str, attempt_count: int) -> dict[str, Any]:
+    if to == S.READY:
+        return {**CLEARED_CLAIM}
+    if to == S.FAILED:
+        return {
+            "lease_until": None,
+            "result_code": "MAX_ATTEMPTS",
+            "last_error": f"lease lapsed after {attempt_count} attempts",
+        }
+    return {
+        "lease_until": None,
+        "result_code": "LEASE_EXPIRED",
+        "last_error": "lease lapsed while held; outcome unknown",
+    }
+
+
+def _recovery_events(actor: str, to: str) -> EventsFor:
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        assert before is not None
+        return [
+            _event(
+                job,
+                EventType.LEASE_EXPIRED,
+                actor,
+                now,
+                before.state,
+                to,
+                result_code="MAX_ATTEMPTS" if to == S.FAILED else "LEASE_EXPIRED",
+                claim_id=before.claim_id,
+                worker_id=before.worker_id,
+                lease_until=before.lease_until.isoformat() if before.lease_until else None,
+                attempt=before.attempt_count,
+            )
+        ]
+
+    return events
+
+
 def recover_stale_claims_report(
     *,
     at: dt.datetime | None = None,
@@ -1091,86 +1429,57 @@ def recover_stale_claims_report(
     actor: str = "sweeper",
     batch: int = 500,
 ) -> RecoveryReport:
-    """Apply §1.3's lapsed-lease rules to every held job whose lease ended strictly before now."""
+    """Apply §1.3's lapsed-lease rules to every held job whose lease ended strictly before now.
+
+    Works in batches of ``batch`` rows, each one short transaction: lock the lapsed rows, group
+    them by where they go, one guarded UPDATE per group (claim and lapse re-checked).
+    """
     now = db_now(at)
     report = RecoveryReport()
-    seen: set[str] = set()
+    refused: list[str] = []
     while True:
-        candidates = [
-            job
-            for job in Job.objects.lapsed(now).order_by("lease_until", "job_id")[
-                : batch + len(seen)
-            ]
-            if job.job_id not in seen
-        ][:batch]
-        if not candidates:
-            return report
-        for job in candidates:
-            seen.add(job.job_id)
-            to = lapsed_outcome(job)
-            bucket = {
-                S.READY: report.requeued,
-                S.FAILED: report.max_attempts,
-                S.OUTCOME_UNKNOWN: report.parked,
-            }[to]
-            if not dry_run:
-                try:
-                    _recover_one(job, to=to, now=now, actor=actor)
-                except (InvalidTransition, ImmutableFieldDrift) as exc:
-                    report.refused.append(f"{job.job_id}: {exc}")
-                    continue
-            bucket[job.job_type] = bucket.get(job.job_type, 0) + 1
-            report.job_ids.append(job.job_id)
-        if dry_run:
-            # Nothing changes in a dry run, so the next page is the same one: stop here.
-            if len(candidates) < batch:
+        with transaction.atomic():
+            qs = Job.objects.lapsed(now).order_by("lease_until", "job_id")
+            if refused:
+                qs = qs.exclude(job_id__in=refused)
+            if dry_run:
+                # Nothing changes in a dry run: one read of every lapsed lease, no lock.
+                for job in qs:
+                    report.count(job, lapsed_outcome(job))
                 return report
-
-
-def _recover_one(job: Job, *, to: str, now: dt.datetime, actor: str) -> Job:
-    old_claim = job.claim_id
-
-    def build(current: Job, _now: dt.datetime) -> _Change:
-        values: dict[str, Any] = {"lease_until": None}
-        if to == S.READY:
-            values.update(CLEARED_CLAIM)
-            result_code = "LEASE_EXPIRED"
-        elif to == S.FAILED:
-            result_code = "MAX_ATTEMPTS"
-            values["last_error"] = f"lease lapsed after {current.attempt_count} attempts"
-        else:
-            result_code = "LEASE_EXPIRED"
-            values["last_error"] = "lease lapsed while held; outcome unknown"
-        if to != S.READY:
-            values["result_code"] = result_code
-        return _Change(
-            values=values,
-            events=[
-                _event(
-                    current,
-                    EventType.LEASE_EXPIRED,
-                    actor,
-                    now,
-                    to,
-                    result_code=result_code,
-                    claim_id=old_claim,
-                    worker_id=current.worker_id,
-                    lease_until=current.lease_until.isoformat() if current.lease_until else None,
-                    attempt=current.attempt_count,
-                )
-            ],
-        )
-
-    return _transition(
-        job.job_id,
-        to=to,
-        from_states=[job.state],
-        actor=actor,
-        build=build,
-        guard=Q(claim_id=old_claim, lease_until__lt=now),
-        guard_why="the lease was renewed or the claim changed meanwhile",
-        at=now,
-    )
+            if connection.vendor == "postgresql":
+                qs = qs.select_for_update(skip_locked=True)
+            candidates = list(qs[:batch])
+            groups: dict[str, list[Job]] = {}
+            for job in candidates:
+                groups.setdefault(lapsed_outcome(job), []).append(job)
+            for to, jobs in groups.items():
+                # Every row of a group shares its values but ``attempt_count`` (FAILED's text).
+                by_attempts: dict[int, list[Job]] = {}
+                for job in jobs:
+                    by_attempts.setdefault(job.attempt_count, []).append(job)
+                for attempts, part in by_attempts.items():
+                    moved = _move(
+                        [Held(job.job_id, job.claim_id) for job in part],
+                        to=to,
+                        allowed=HELD_STATES,
+                        actor=actor,
+                        values=_recovery_values(to, attempts),
+                        events=_recovery_events(actor, to),
+                        fence="observed",
+                        lease="lapsed",
+                        prior={job.job_id: job for job in part},
+                        why="the lease was renewed or the claim changed meanwhile",
+                        at=now,
+                    )
+                    for job in part:
+                        if job.job_id in moved:
+                            report.count(job, to)
+                    for job_id, exc in moved.refused.items():
+                        report.refused.append(f"{job_id}: {exc}")
+                        refused.append(job_id)
+        if len(candidates) < batch:
+            return report
 
 
 def recover_stale_claims(*, at: dt.datetime | None = None) -> int:
@@ -1181,29 +1490,82 @@ def recover_stale_claims(*, at: dt.datetime | None = None) -> int:
 # --- operator actions -------------------------------------------------------------------------
 
 
-def retry_job(job_id: str, *, actor: str, reason: str, at: dt.datetime | None = None) -> Job:
-    """FAILED → READY by an operator; the job gets a fresh attempt budget."""
+def retry_jobs(
+    job_ids: Sequence[str], *, actor: str, reason: str, at: dt.datetime | None = None
+) -> Moved:
+    """FAILED → READY by an operator; each job gets a fresh attempt budget."""
     if not reason:
         raise ValueError("retry_job needs a reason")
 
-    def build(job: Job, now: dt.datetime) -> _Change:
-        return _Change(
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        assert before is not None
+        return [
+            _event(
+                job,
+                EventType.RETRIED,
+                actor,
+                now,
+                before.state,
+                S.READY,
+                reason=reason,
+                previous_result_code=before.result_code,
+                previous_attempts=before.attempt_count,
+            )
+        ]
+
+    with transaction.atomic():
+        return _move(
+            [Held(job_id) for job_id in job_ids],
+            to=S.READY,
+            allowed=[S.FAILED],
+            actor=actor,
             values={**CLEARED_CLAIM, "attempt_count": 0, "result_code": ""},
-            events=[
-                _event(
-                    job,
-                    EventType.RETRIED,
-                    actor,
-                    now,
-                    S.READY,
-                    reason=reason,
-                    previous_result_code=job.result_code,
-                    previous_attempts=job.attempt_count,
-                )
-            ],
+            events=events,
+            prior=lock_jobs(job_ids),
+            at=at,
         )
 
-    return _transition(job_id, to=S.READY, from_states=[S.FAILED], actor=actor, build=build, at=at)
+
+def retry_job(job_id: str, *, actor: str, reason: str, at: dt.datetime | None = None) -> Job:
+    """Retry one FAILED job (see ``retry_jobs``)."""
+    return retry_jobs([job_id], actor=actor, reason=reason, at=at).one()
+
+
+def reconcile_jobs(
+    evidence: Mapping[str, Mapping[str, Any] | None],
+    *,
+    actor: str,
+    result_code: str,
+    reason: str = "",
+    at: dt.datetime | None = None,
+) -> Moved:
+    """OUTCOME_UNKNOWN → RECONCILED with a result code and, per job, the evidence that decided
+    it (``evidence``: job id → evidence)."""
+
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        return [
+            _event(
+                job,
+                EventType.RECONCILED,
+                actor,
+                now,
+                S.OUTCOME_UNKNOWN,
+                S.RECONCILED,
+                result_code=result_code,
+                evidence=dict(evidence.get(job.job_id) or {}),
+                reason=reason,
+            )
+        ]
+
+    return _move(
+        [Held(job_id) for job_id in evidence],
+        to=S.RECONCILED,
+        allowed=[S.OUTCOME_UNKNOWN],
+        actor=actor,
+        values={"result_code": result_code},
+        events=events,
+        at=at,
+    )
 
 
 def reconcile_job(
@@ -1215,28 +1577,47 @@ def reconcile_job(
     reason: str = "",
     at: dt.datetime | None = None,
 ) -> Job:
-    """OUTCOME_UNKNOWN → RECONCILED with a result code and the evidence that decided it."""
+    """Reconcile one OUTCOME_UNKNOWN job (see ``reconcile_jobs``)."""
+    return reconcile_jobs(
+        {job_id: evidence}, actor=actor, result_code=result_code, reason=reason, at=at
+    ).one()
 
-    def build(job: Job, now: dt.datetime) -> _Change:
-        return _Change(
+
+def set_result_codes(
+    detail: Mapping[str, Mapping[str, Any] | None],
+    *,
+    actor: str,
+    result_code: str,
+    states: Iterable[str] = (S.OUTCOME_UNKNOWN,),
+    at: dt.datetime | None = None,
+) -> Moved:
+    """Store a diagnosis as ``result_code`` without a state change (guarded on the state);
+    ``detail``: job id → what the DIAGNOSED event records beside the state."""
+    allowed = tuple(states)
+
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        return [
+            Event(
+                EventType.DIAGNOSED,
+                actor,
+                job_id=job.job_id,
+                result_code=result_code,
+                detail={"state": job.state, **dict(detail.get(job.job_id) or {})},
+                at=now,
+            )
+        ]
+
+    with transaction.atomic():
+        return _move(
+            [Held(job_id) for job_id in detail],
+            to=None,
+            allowed=allowed,
+            actor=actor,
             values={"result_code": result_code},
-            events=[
-                _event(
-                    job,
-                    EventType.RECONCILED,
-                    actor,
-                    now,
-                    S.RECONCILED,
-                    result_code=result_code,
-                    evidence=dict(evidence or {}),
-                    reason=reason,
-                )
-            ],
+            events=events,
+            prior=lock_jobs(detail) if len(allowed) > 1 else None,
+            at=at,
         )
-
-    return _transition(
-        job_id, to=S.RECONCILED, from_states=[S.OUTCOME_UNKNOWN], actor=actor, build=build, at=at
-    )
 
 
 def set_result_code(
@@ -1248,63 +1629,46 @@ def set_result_code(
     states: Iterable[str] = (S.OUTCOME_UNKNOWN,),
     at: dt.datetime | None = None,
 ) -> Job:
-    """Store a diagnosis as ``result_code`` without a state change (guarded on the state)."""
-    allowed = tuple(states)
-    with transaction.atomic():
-        job = _load_locked(job_id)
-        now = db_now(at)
-        if job.state not in allowed:
-            raise InvalidTransition(job_id, job.state, job.state, "no diagnosis in this state")
-        if not fingerprint_ok(job):
-            drift = ImmutableFieldDrift(job_id, job.fingerprint, fingerprint_of(job))
-        else:
-            drift = None
-            changed = Job.objects.filter(
-                job_id=job_id, state=job.state, fingerprint=job.fingerprint
-            ).update(result_code=result_code, updated_at=now)
-            if changed != 1:
-                raise InvalidTransition(job_id, job.state, job.state, "lost a race")
-            record_event(
-                event_type=EventType.DIAGNOSED,
-                actor=actor,
-                job_id=job_id,
-                result_code=result_code,
-                detail={"state": job.state, **dict(detail or {})},
-                at=now,
-            )
-    if drift is not None:
-        _record_drift(job, job.state, actor, at)
-        raise drift
-    job.result_code = result_code
-    job.updated_at = now
-    return job
+    """Store one diagnosis (see ``set_result_codes``)."""
+    return set_result_codes(
+        {job_id: detail}, actor=actor, result_code=result_code, states=states, at=at
+    ).one()
 
 
 def edit_job_fields(
     job_id: str, *, actor: str, changes: Mapping[str, Any], at: dt.datetime | None = None
 ) -> Job:
-    """An admin's raw edit of the few editable fields, recorded as ADMIN_EDIT."""
+    """An admin's raw edit of the few editable fields, recorded as ADMIN_EDIT. No seal check:
+    these fields are not sealed, and an operator may annotate a drifted job."""
     refused = sorted(set(changes) - set(EDITABLE_FIELDS))
     if refused:
         raise InvalidTransition(job_id, None, "edit", f"fields not editable: {', '.join(refused)}")
     with transaction.atomic():
-        job = _load_locked(job_id)
-        now = db_now(at)
+        prior = lock_jobs([job_id])
+        job = prior.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
         changed = {k: v for k, v in changes.items() if getattr(job, k) != v}
         if not changed:
             return job
-        Job.objects.filter(job_id=job_id).update(**changed, updated_at=now)
-        record_event(
-            event_type=EventType.ADMIN_EDIT,
-            actor=actor,
-            job_id=job_id,
-            detail={
+
+        def events(after: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+            detail = {
                 "fields": sorted(changed),
                 "before": {k: getattr(job, k) for k in changed},
                 "after": dict(changed),
-            },
-            at=now,
+            }
+            return [Event(EventType.ADMIN_EDIT, actor, job_id=job_id, detail=detail, at=now)]
+
+        moved = _move(
+            [Held(job_id)],
+            to=None,
+            allowed=tuple(JobState),
+            actor=actor,
+            values=changed,
+            events=events,
+            seal=False,
+            prior=prior,
+            at=at,
         )
-    for name, value in changed.items():
-        setattr(job, name, value)
-    return job
+    return moved.one()

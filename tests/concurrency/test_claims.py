@@ -104,12 +104,18 @@ def test_claim_rows_from_a_stale_candidate_list_never_reclaims_a_held_job():
     stale_candidates = [Job.objects.get(job_id=job.job_id)]
     first = transitions.claim_job(job.job_id, worker_id="w-first", lease_seconds=60)
     now = transitions.db_now()
-    claimed = transitions._claim_rows(
-        stale_candidates,
-        worker_id="w-second",
-        now=now,
-        lease_until=now + transitions.dt.timedelta(seconds=60),
-    )
+    # The claim's own UPDATE (the one guarded writer), fed the stale candidate ids.
+    claimed = transitions._move(
+        [transitions.Held(j.job_id) for j in stale_candidates],
+        to=JobState.CLAIMED,
+        allowed=[JobState.READY],
+        actor="w-second",
+        values=transitions._claim_values(
+            "w-second", now, now + transitions.dt.timedelta(seconds=60)
+        ),
+        events=transitions._claim_events("w-second"),
+        at=now,
+    ).jobs
     assert claimed == []
     stored = Job.objects.get(job_id=job.job_id)
     assert (stored.worker_id, stored.claim_id, stored.attempt_count) == (
