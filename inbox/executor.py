@@ -1,34 +1,33 @@
-"""The executor loop: claim → authorize → begin → run → record (DESIGN §1.3, §1.4, §4).
+"""The executor: claim → authorize → begin → run → record (DESIGN §1.3, §1.4, §4).
 
-Owns a worker process's loop and nothing else: every job change goes through
-``inbox.transitions``, heartbeats through ``inbox.workers``. Started by
+A ``WorkerLoop`` (heartbeat, signals, progress, database-error backoff come from
+``inbox.loop``); every job change goes through ``inbox.transitions``. Started by
 ``manage.py run_executor`` (which parses arguments); tests may run it in-process.
 
-Per turn: ``close_old_connections()``, a heartbeat at most every poll interval, a stale sweep
-every ``sweep_every`` turns, the pause check, one batch claim. Per job: the authorization
-(schema, fingerprint, and for approval types the approval re-check) is recorded as AUTHORIZED in
-the same transaction as CLAIMED → EXECUTING, which also renews the lease; the handler runs
-outside any transaction; EXECUTED and the outcome commit together. A single background thread
-renews leases only for jobs held longer than lease/3, so fast handlers cost no extra writes.
+One path for every job type. A turn claims up to ``batch`` jobs; they are worked in chunks. A
+chunk is the leading run of jobs of idempotent types that need no approval (NOOP, SAVE) — a
+crash between their begin and their handler leaves them EXECUTING, which the sweep returns to
+READY exactly like CLAIMED, so beginning them together changes no guarantee — or a single job of
+any other type (a DELETE is a batch of one: never begun before the job in hand finished). Per
+chunk: each job is authorized (schema, fingerprint, and for approval types the approval
+re-check); the chunk begins in one transaction (``begin_jobs``: CLAIMED → EXECUTING with
+AUTHORIZED, leases renewed), its handlers run one after the other outside any transaction, and
+their outcomes (``finish_jobs``, EXECUTED with the outcome) commit together with the next
+chunk's begin — one commit fewer per chunk — or at the latest every ``OUTCOME_FLUSH_SECONDS``
+and at the end of the turn. ``--one-by-one`` makes every chunk a batch of one.
 
-Two ways to commit those steps. Idempotent types that need no approval go by batch: the claimed
-batch begins in one transaction (``transitions.begin_jobs``) and its outcomes commit in another
-(``finish_jobs``); a job the batch cannot move takes the one-job path, which moves it or names
-the refusal. Everything else (a DELETE) goes one job at a time, a job's outcome riding with the
-next job's begin to save a commit.
-
-A database error is retried (same step, fresh connection) and, if it persists, the turn is
-abandoned and the loop reconnects on the next one; a batch's uncommitted outcomes are kept and
-committed first on the next turn. SIGTERM/SIGINT stop claiming; the jobs begun finish (one job,
-or a begun batch), claimed-but-not-begun jobs are released, and ``run`` returns normally.
+A lease keeper thread renews the leases of jobs held longer than lease/3 (fast handlers cost no
+renewal) until their outcome commits. A refused write is never retried blindly: a lost claim is
+logged ("LOST FENCE") and its outcome dropped; a batch a seal drift undid is begun again one job
+at a time, which refuses exactly the drifted job. A database error mid-step is retried on a
+fresh connection (asking first whether the lost response hid a commit); uncommitted outcomes
+are kept and committed first on the next turn. SIGTERM/SIGINT stop claiming; the chunk begun
+finishes, claimed-but-not-begun jobs are released, and ``run`` returns normally.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
 import threading
 import time
 from collections import deque
@@ -36,35 +35,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import (
-    InterfaceError,
-    OperationalError,
-    close_old_connections,
-    connection,
-    transaction,
-)
+from django.db import connection, transaction
 
 from inbox import scopes as scope_service
 from inbox import transitions, workers
 from inbox.approvals import check_approval
 from inbox.dbcheck import check_worker_database
-from inbox.errors import (
-    ConfigurationError,
-    ImmutableFieldDrift,
-    InboxError,
-    InvalidTransition,
-    JobNotFound,
-    JobValidationError,
-    LostClaim,
-)
+from inbox.errors import ConfigurationError, InboxError, JobValidationError
 from inbox.handlers import DefiniteFailure, HandlerResult
 from inbox.jobtypes import JobType, registry, scopes, validate_job_document
+from inbox.loop import DB_ERRORS, WorkerLoop
 from inbox.models import Job, JobState, WorkerStatus
+from inbox.transitions import Held, Moved, Outcome
 
 log = logging.getLogger("inbox.executor")
 
-DB_ERRORS = (OperationalError, InterfaceError)
-# A batch of slow handlers records its finished jobs at least this often.
+# A chunk of slow handlers records its finished jobs at least this often.
 OUTCOME_FLUSH_SECONDS = 1.0
 
 
@@ -104,10 +90,10 @@ class _Held:
 class _LeaseKeeper(threading.Thread):
     """Renews the leases of jobs this executor holds once they are older than lease/3.
 
-    One thread per executor, with its own database connection (closed when it ends). Renewal
-    and the main thread's hand-over (``drop``) share a lock, so a renewal never races the
-    job's completion. A refused renewal (``LostClaim``) marks the job lost: the executor must
-    not record its outcome.
+    One thread per executor, with its own database connection (closed when it ends). All due
+    leases renew in one transaction (``renew_leases``). Renewal and the main thread's hand-over
+    (``drop``) share a lock, so a renewal never races the job's outcome commit. A refused
+    renewal marks the job lost: the executor must not record its outcome.
     """
 
     def __init__(self, *, worker_id: str, lease_seconds: int) -> None:
@@ -156,46 +142,36 @@ class _LeaseKeeper(threading.Thread):
             connection.close()  # this thread's own connection
 
     def _renew_due(self) -> None:
-        renewed = False
         with self.lock:
             now = time.monotonic()
-            due = [(jid, h) for jid, h in self.held.items() if now - h.renewed_at >= self.every]
-            for job_id, held in due:
-                try:
-                    transitions.renew_lease(
-                        job_id,
-                        claim_id=held.claim_id,
-                        lease_seconds=self.lease_seconds,
-                        actor=self.worker_id,
-                    )
-                    held.renewed_at = time.monotonic()
-                    renewed = True
-                except (LostClaim, JobNotFound) as exc:
-                    self.held.pop(job_id, None)
-                    self.lost.add(job_id)
-                    log.error("LOST FENCE: job %s: %s; work on it stops", job_id, exc)
-                except DB_ERRORS as exc:
-                    log.warning("lease renewal hit a database error (retrying): %s", exc)
-                    connection.close()
-                    return
-                except Exception:
-                    log.exception("lease renewal of job %s failed; retrying", job_id)
-        if renewed:
+            due = [
+                Held(jid, h.claim_id)
+                for jid, h in self.held.items()
+                if now - h.renewed_at >= self.every
+            ]
+            if not due:
+                return
+            try:
+                moved = transitions.renew_leases(
+                    due, lease_seconds=self.lease_seconds, actor=self.worker_id
+                )
+            except DB_ERRORS as exc:
+                log.warning("lease renewal hit a database error (retrying): %s", exc)
+                connection.close()
+                return
+            renewed_at = time.monotonic()
+            for job_id in moved:
+                self.held[job_id].renewed_at = renewed_at
+            for job_id, exc in moved.refused.items():
+                self.held.pop(job_id, None)
+                self.lost.add(job_id)
+                log.error("LOST FENCE: job %s: %s; work on it stops", job_id, exc)
+        if moved:
             # The main thread is busy with a long job: keep the worker visibly alive too.
             try:
                 workers.beat(worker_id=self.worker_id)
             except DB_ERRORS:
                 connection.close()
-
-
-@dataclass(frozen=True)
-class _Step:
-    """One job transition the executor wants committed, and how to tell it already was."""
-
-    job: Job
-    what: str
-    call: Callable[[], Any]
-    done: Callable[[], bool]
 
 
 @dataclass(frozen=True)
@@ -206,8 +182,10 @@ class _Verdict:
     detail: dict[str, Any]
 
 
-class Executor:
+class Executor(WorkerLoop):
     """One executor process's loop for one scope. ``run()`` returns its stats."""
+
+    kind = "executor"
 
     def __init__(
         self,
@@ -233,111 +211,75 @@ class Executor:
             raise ConfigurationError(f"the poll interval must be positive, got {poll_seconds}")
         if max_jobs is not None and max_jobs < 1:
             raise ConfigurationError(f"--max-jobs must be at least 1, got {max_jobs}")
-        self.scope = scope
-        self.worker_id = worker_id or workers.new_worker_id("executor", scope)
-        self.lease_seconds = int(lease_seconds)
+        if progress_seconds <= 0:
+            raise ConfigurationError(f"--progress-every must be positive, got {progress_seconds}")
+        super().__init__(
+            worker_id=worker_id,
+            scope=scope,
+            poll_seconds=poll_seconds,
+            lease_seconds=int(lease_seconds),
+            progress_seconds=progress_seconds,
+            out=out,
+        )
         self.batch = batch
-        self.poll = poll_seconds
         self.max_jobs = max_jobs
         self.exit_when_idle = exit_when_idle
         self.sweep_every = max(int(sweep_every), 0)
-        self.progress_seconds = progress_seconds
         self.db_retries = max(db_retries, 1)
         self.batch_steps = batch_steps
-        self.out = out
         self.stats = ExecutorStats()
-        self._stop = threading.Event()
-        self._stop_reason = ""
         self._pending: deque[Job] = deque()
-        # The last job's outcome, committed together with the next job's first step.
-        self._carry: _Step | None = None
-        # A batch's outcomes not yet committed (kept across a turn a database error cut short).
-        self._unrecorded: list[transitions.Outcome] = []
+        # Outcomes not yet committed: they ride with the next chunk's begin (kept across a turn
+        # a database error cut short).
+        self._unrecorded: list[Outcome] = []
         self._current = ""
         self._turns = 0
-        self._last_beat = 0.0
-        self._last_progress = (time.monotonic(), 0)
         self._paused_said = False
         self._db_trouble = False
+        self._last_progress_count = 0
         self._keeper = _LeaseKeeper(worker_id=self.worker_id, lease_seconds=self.lease_seconds)
 
-    # --- control ----------------------------------------------------------------------------
+    # --- the loop's hooks -------------------------------------------------------------------
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    def stop(self, reason: str = "asked to stop") -> None:
-        """Stop claiming; the jobs begun finish and the rest of the batch is released."""
-        if not self._stop.is_set():
-            self._stop_reason = reason
-            self._stop.set()
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        # Only flags and one raw write here: logging or print() from a signal handler can
-        # re-enter a buffered stream the main thread is writing to.
-        name = signal.Signals(signum).name
-        if self.stopping:
-            _raw_stderr(f"{name} again: already stopping (finishing job {self._current})")
-            return
-        _raw_stderr(
-            f"{name}: stopping — finishing the jobs begun, releasing "
-            f"{len(self._pending)} claimed job(s)"
-        )
-        self.stop(name)
-
-    # --- the loop ---------------------------------------------------------------------------
-
-    def run(self) -> ExecutorStats:
-        """Run until idle (``exit_when_idle``), ``max_jobs``, or a stop signal."""
+    def setup(self) -> str:
         described = check_worker_database()
         if self.scope not in scopes():
             raise ConfigurationError(
                 f"unknown scope {self.scope!r}; registered scopes: {', '.join(scopes())}"
             )
-        handlers = {t.name: t for t in registry().values() if t.scope == self.scope}
-        for job_type in handlers.values():
-            job_type.handler  # noqa: B018 - import every handler now: fail at start, not mid-job
-        workers.register_worker(
-            worker_id=self.worker_id,
-            kind="executor",
-            scope=self.scope,
-            poll_seconds=self.poll,
-            lease_seconds=self.lease_seconds,
-        )
-        self.out(
-            f"executor {self.worker_id}: scope={self.scope} lease={self.lease_seconds}s "
-            f"batch={self.batch} ({'batched' if self.batch_steps else 'one-by-one'} steps) "
-            f"poll={self.poll}s on {described}"
-        )
-        previous = self._install_signals()
+        for job_type in registry().values():
+            if job_type.scope == self.scope:
+                job_type.handler  # noqa: B018 - import every handler now: fail at start, not mid-job
         self._keeper.start()
-        try:
-            while not self.stopping:
-                self._turns += 1
-                close_old_connections()
-                try:
-                    if not self._turn():
-                        break
-                except DB_ERRORS as exc:
-                    self.stats.db_errors += 1
-                    self._db_trouble = True
-                    log.error("database error; reconnecting on the next turn: %s", exc)
-                    self._drop_connection()
-                    self._stop.wait(self.poll)
-        finally:
-            self._shutdown()
-            self._restore_signals(previous)
+        return (
+            f"scope={self.scope} lease={self.lease_seconds}s batch={self.batch} "
+            f"({'batched' if self.batch_steps else 'one-by-one'} steps) poll={self.poll}s "
+            f"on {described}"
+        )
+
+    def stopping_note(self) -> str:
+        return f"stopping — finishing the jobs begun, releasing {len(self._pending)} claimed job(s)"
+
+    def current(self) -> str:
+        return self._current
+
+    def counters(self) -> tuple[int | None, int | None]:
+        return self.stats.succeeded, self.stats.not_ok
+
+    def result(self) -> ExecutorStats:
         return self.stats
 
-    def _turn(self) -> bool:
+    def on_db_error(self) -> None:
+        self.stats.db_errors += 1
+        self._db_trouble = True
+
+    def turn(self) -> bool:
         """One claim-and-run turn; False when the loop should end."""
-        self._maybe_beat()
-        self._maybe_progress()
+        self._turns += 1
         if self._db_trouble:
             self._release_orphans()
             self._db_trouble = False
-        self._record_outcomes()
+        self._record()
         if self.sweep_every and self._turns % self.sweep_every == 0:
             self._sweep()
         # Jobs left over from a turn a database error cut short are already ours: run them
@@ -346,7 +288,7 @@ class Executor:
             if self._paused():
                 if self.exit_when_idle:
                     return False
-                self._stop.wait(self.poll)
+                self.wait(self.poll)
                 return True
             limit = self.batch
             if self.max_jobs is not None:
@@ -362,354 +304,125 @@ class Executor:
             if not jobs:
                 if self.exit_when_idle:
                     return False
-                self._stop.wait(self.poll)
+                self.wait(self.poll)
                 return True
             self._pending.extend(jobs)
             self._keeper.hold(jobs)
         while self._pending and not self.stopping:
-            run = self._batchable_run()
-            if run:
-                try:
-                    self._process_batch(run)
-                finally:
-                    self._current = ""
-                    for job in run:
-                        self._keeper.drop(job.job_id)
-                continue
-            job = self._pending.popleft()
-            self._current = job.job_id
-            try:
-                self._process(job)
-            finally:
-                self._current = ""
-                self._keeper.drop(job.job_id)
-            self._maybe_progress()
-            self._maybe_beat()
-        self._flush()
+            self._work(self._next_chunk())
+        self._record()
         return not (self.max_jobs is not None and self.stats.processed >= self.max_jobs)
+
+    def finish(self) -> None:
+        """Commit what ran, hand back what was claimed but not begun, stop the keeper."""
+        self._keeper.halt()
+        pending = list(self._pending)
+        self._pending.clear()
+        try:
+            self._record()
+            if pending:
+                self.beat(status=WorkerStatus.STOPPING)
+                for job in pending:
+                    self._keeper.drop(job.job_id)
+                moved = self._step(
+                    lambda: transitions.release_jobs(
+                        [Held.of(job) for job in pending],
+                        actor=self.worker_id,
+                        reason=f"worker stopping ({self.stop_reason or 'exit'})",
+                    ),
+                    committed=lambda: _holding(
+                        pending, {j.job_id: JobState.READY for j in pending}
+                    ),
+                )
+                self.stats.released += len(moved)
+                for job_id, exc in getattr(moved, "refused", {}).items():
+                    log.warning("job %s not released: %s", job_id, exc)
+        finally:
+            self._keeper.join(timeout=max(self.lease_seconds, 5))
+
+    def progress_line(self) -> str:
+        now = time.monotonic()
+        done = self.stats.processed
+        span = max(now - self._last_progress, 1e-9)
+        rate = (done - self._last_progress_count) / span
+        overall = done / max(now - self.stats.started, 1e-9)
+        self._last_progress_count = done
+        return (
+            f"progress: {self.stats.line()}; {rate:.1f} jobs/s over the last {span:.0f}s, "
+            f"{overall:.1f} jobs/s overall"
+        )
+
+    def summary(self) -> str:
+        elapsed = time.monotonic() - self.stats.started
+        rate = self.stats.processed / max(elapsed, 1e-9)
+        return (
+            f"executor {self.worker_id} stopped: {self.stats.line()} in {elapsed:.1f}s "
+            f"({rate:.1f} jobs/s); released {self.stats.released}, "
+            f"database errors {self.stats.db_errors}, "
+            f"sweeps {self.stats.sweeps}" + self._reason_suffix()
+        )
 
     def _paused(self) -> bool:
         """Is the scope paused? Says so once per pause, and once when it is resumed."""
         pause = scope_service.pause_of(self.scope)
         if pause is not None and not self._paused_said:
-            self._say(
+            self.say(
                 f"scope {self.scope} is paused by {pause.changed_by} ({pause.reason}); not claiming"
             )
         elif pause is None and self._paused_said:
-            self._say(f"scope {self.scope} resumed; claiming again")
+            self.say(f"scope {self.scope} resumed; claiming again")
         self._paused_said = pause is not None
         return self._paused_said
 
-    # --- a batch of idempotent jobs ---------------------------------------------------------
+    # --- one chunk --------------------------------------------------------------------------
 
-    def _batchable_run(self) -> list[Job]:
-        """Take the leading pending jobs whose steps may be batched (two or more, else none).
+    def _batchable(self, job: Job) -> bool:
+        job_type = registry().get(job.job_type)
+        return (
+            self.batch_steps
+            and job_type is not None
+            and job_type.idempotent
+            and not job_type.needs_approval
+        )
 
-        Only idempotent types that need no approval: for them a job left EXECUTING by a crash
-        goes back to READY exactly like a CLAIMED one, so beginning the batch together changes
-        no guarantee. A DELETE always goes one job per transaction.
-        """
-        if not self.batch_steps:
-            return []
-        run: list[Job] = []
-        for job in self._pending:
-            job_type = registry().get(job.job_type)
-            if job_type is None or not job_type.idempotent or job_type.needs_approval:
-                break
-            run.append(job)
-        if len(run) < 2:
-            return []
-        for _ in run:
-            self._pending.popleft()
-        return run
+    def _next_chunk(self) -> list[Job]:
+        """The leading run of batchable pending jobs, or the one job at the head."""
+        chunk = [self._pending.popleft()]
+        if self._batchable(chunk[0]):
+            while self._pending and self._batchable(self._pending[0]):
+                chunk.append(self._pending.popleft())
+        return chunk
 
-    def _process_batch(self, jobs: list[Job]) -> None:
-        """Authorize each job, begin them in one transaction, run their handlers one after the
-        other, and commit their outcomes in one transaction.
-
-        A job the batch cannot move takes the one-job path, which moves it or names the refusal.
-        Once begun, the batch's jobs are the jobs in hand: a stop signal lets them finish.
-        """
-        self._flush()
+    def _work(self, chunk: list[Job]) -> None:
+        """Authorize, begin (with the carried outcomes), run each handler, keep the outcomes."""
         ready: list[Job] = []
         authorized: dict[str, dict[str, Any]] = {}
-        for job in jobs:
+        for job in chunk:
             if self._keeper.is_lost(job.job_id):
-                self.stats.lost += 1
+                self._keeper.drop(job.job_id)
+                self._lost(job.job_id, "lost its claim before it ran; not run")
                 continue
             verdict = self._authorize(job, registry().get(job.job_type))
             if not verdict.ok:
+                self._keeper.drop(job.job_id)
                 self._reject(job, verdict)
                 continue
             ready.append(job)
             authorized[job.job_id] = verdict.detail
-        moved = self._db_batch(
-            lambda: transitions.begin_jobs(
-                ready,
-                actor=self.worker_id,
-                lease_seconds=self.lease_seconds,
-                authorized=authorized,
-            ),
-            committed=lambda: _holding(ready, {j.job_id: JobState.EXECUTING for j in ready}),
-        )
-        begun: list[Job] = []
-        for job in ready:
-            if job.job_id in moved:
-                job.state = JobState.EXECUTING
-            elif not self._begin_one(job, authorized[job.job_id]):
-                continue
-            self._keeper.refreshed(job.job_id)
-            begun.append(job)
+        begun = self._begin(ready, authorized)
         recorded_at = time.monotonic()
         for job in begun:
             self._current = job.job_id
-            job_type = registry()[job.job_type]
-            result = self._execute(job, job_type, hand_over=False)
-            if result is not None:
-                self._unrecorded.append(result)
+            outcome = self._execute(job)
+            if outcome is not None:
+                self._unrecorded.append(outcome)
             # Slow handlers: record what is done at least every OUTCOME_FLUSH_SECONDS, so an
-            # operator sees a finished job finished, not waiting for the rest of its batch.
+            # operator sees a finished job finished, not waiting for the rest of its chunk.
             if time.monotonic() - recorded_at >= OUTCOME_FLUSH_SECONDS:
-                self._record_outcomes()
+                self._record()
                 recorded_at = time.monotonic()
             self._housekeep()
         self._current = ""
-        self._record_outcomes()
-
-    def _record_outcomes(self) -> None:
-        """Commit the batch's outcomes in one transaction; the ones it cannot move go one by one.
-
-        If the database stays away they are kept, and the next turn tries again before it
-        claims anything.
-        """
-        if not self._unrecorded:
-            return
-        outcomes: list[transitions.Outcome] = []
-        for outcome in self._unrecorded:
-            # Hand over from the lease keeper (under its lock, so no renewal races the commit);
-            # a claim it lost meanwhile must not get an outcome.
-            if self._keeper.drop(outcome.job.job_id):
-                self._lost_after_run(outcome.job, outcome.result_code)
-            else:
-                outcomes.append(outcome)
-        self._unrecorded = outcomes
-        if not outcomes:
-            return
-        moved = self._db_batch(
-            lambda: transitions.finish_jobs(outcomes, actor=self.worker_id),
-            committed=lambda: _holding(
-                [o.job for o in outcomes], {o.job.job_id: o.to for o in outcomes}
-            ),
-        )
-        self._unrecorded = []
-        for outcome in outcomes:
-            if outcome.job.job_id in moved:
-                self._settle_outcome(outcome.to, outcome.job, None)
-            else:
-                self._carry = self._finish_step(outcome)
-                self._flush()
-
-    def _housekeep(self) -> None:
-        """Progress and heartbeat between a batch's handlers; a database error here must not
-        abandon the jobs in hand (their outcomes are not committed yet)."""
-        self._maybe_progress()
-        try:
-            self._maybe_beat()
-        except DB_ERRORS as exc:
-            self.stats.db_errors += 1
-            log.warning("heartbeat hit a database error (the batch goes on): %s", exc)
-            self._drop_connection()
-
-    def _db_batch(
-        self, step: Callable[[], set[str]], *, committed: Callable[[], set[str]]
-    ) -> set[str]:
-        """Run one batched step, retrying on a dropped connection like ``_db_step``.
-
-        A batch commits whole or not at all, so after a lost response any job found in its
-        target state under our claim means the commit happened.
-        """
-        found: set[str] = set()
-
-        def done() -> bool:
-            found.clear()
-            found.update(committed())
-            return bool(found)
-
-        moved = self._db_step(step, done=done)
-        return moved if moved is not None else set(found)
-
-    # --- one job ----------------------------------------------------------------------------
-
-    def _process(self, job: Job) -> None:
-        """Authorize and begin ``job`` (committing the previous job's outcome in the same
-        transaction), run its handler, and keep its outcome to commit with the next step."""
-        if self._keeper.is_lost(job.job_id):
-            self.stats.lost += 1
-            return
-        job_type = registry().get(job.job_type)
-        verdict = self._authorize(job, job_type)
-        if not verdict.ok:
-            self._reject(job, verdict)
-            return
-        if not self._begin_one(job, verdict.detail):
-            return
-        self._keeper.refreshed(job.job_id)
-        assert job_type is not None  # _authorize refuses unknown types
-        outcome = self._execute(job, job_type)
-        if outcome is not None:
-            self._carry = self._finish_step(outcome)
-
-    def _reject(self, job: Job, verdict: _Verdict) -> None:
-        step = _Step(
-            job=job,
-            what="reject",
-            call=lambda: transitions.reject_job(
-                job.job_id,
-                actor=self.worker_id,
-                reason=verdict.why,
-                result_code=verdict.code,
-                claim_id=job.claim_id,
-            ),
-            done=lambda: _state_of(job) == JobState.REJECTED,
-        )
-        if self._commit(step) is None:
-            self.stats.rejected += 1
-            log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
-
-    def _begin_one(self, job: Job, authorized: dict[str, Any]) -> bool:
-        """Begin ``job`` on its own (with the carried outcome); False if refused."""
-        step = _Step(
-            job=job,
-            what="begin",
-            call=lambda: transitions.begin_job(
-                job.job_id,
-                claim_id=job.claim_id,
-                actor=self.worker_id,
-                lease_seconds=self.lease_seconds,
-                authorized=authorized,
-            ),
-            done=lambda: _holds(job, JobState.EXECUTING),
-        )
-        if self._commit(step) is not None:
-            return False
-        job.state = JobState.EXECUTING
-        return True
-
-    def _execute(
-        self, job: Job, job_type: JobType, *, hand_over: bool = True
-    ) -> transitions.Outcome | None:
-        """Run the handler of a begun job; its outcome, or None if the claim was lost.
-
-        ``hand_over`` stops the lease renewals now (the outcome commits next); a batch keeps
-        renewing until its outcomes commit and hands over in ``_record_outcomes``.
-        """
-        if self._keeper.is_lost(job.job_id):
-            self.stats.lost += 1
-            log.error("LOST FENCE: job %s lost its claim before it ran; not run", job.job_id)
-            return None
-        started = time.monotonic()
-        outcome, code, detail, error = self._run_handler(job, job_type)
-        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
-        lost = self._keeper.drop(job.job_id) if hand_over else self._keeper.is_lost(job.job_id)
-        if lost:
-            self._lost_after_run(job, code)
-            return None
-        executed = {"handler": job_type.handler_path, "duration_ms": elapsed_ms, **detail}
-        return transitions.Outcome(
-            job=job, to=outcome, result_code=code, error=error, executed_detail=executed
-        )
-
-    def _lost_after_run(self, job: Job, code: str) -> None:
-        self.stats.lost += 1
-        log.error(
-            "LOST FENCE: job %s finished (%s) after its claim was lost; outcome not recorded",
-            job.job_id,
-            code,
-        )
-
-    def _finish_step(self, outcome: transitions.Outcome) -> _Step:
-        finish = {
-            JobState.SUCCEEDED: transitions.complete_job,
-            JobState.FAILED: transitions.fail_job,
-            JobState.OUTCOME_UNKNOWN: transitions.mark_outcome_unknown,
-        }[outcome.to]
-        kwargs: dict[str, Any] = {"executed_detail": dict(outcome.executed_detail)}
-        if outcome.error:
-            kwargs["error"] = outcome.error
-        job = outcome.job
-        return _Step(
-            job=job,
-            what=outcome.to,
-            call=lambda: finish(
-                job.job_id,
-                claim_id=job.claim_id,
-                actor=self.worker_id,
-                result_code=outcome.result_code,
-                **kwargs,
-            ),
-            done=lambda: _holds(job, outcome.to),
-        )
-
-    def _commit(self, step: _Step | None) -> Exception | None:
-        """Commit the carried outcome of the previous job and ``step`` in one transaction.
-
-        One commit (one fsync) fewer per job: a job's outcome rides with the next job's begin.
-        Each part is its own savepoint, so a refused part (a lost fence) never undoes the
-        other. Returns the refusal of ``step``, or None when it took effect.
-        """
-        carry = self._carry
-        if carry is None and step is None:
-            return None
-        refusals: dict[str, Exception | None] = {}
-
-        def both() -> None:
-            refusals.clear()
-            with transaction.atomic():
-                for key, part in (("carry", carry), ("step", step)):
-                    if part is None:
-                        continue
-                    try:
-                        part.call()
-                        refusals[key] = None
-                    except (InvalidTransition, ImmutableFieldDrift) as exc:
-                        refusals[key] = exc
-
-        # Both parts commit or neither does; ask about the one that defines "done".
-        last = step if step is not None else carry
-        assert last is not None
-        self._db_step(both, done=last.done)
-        self._carry = None
-        if not refusals:  # the commit went through but its response was lost: assume success
-            refusals = {"carry": None, "step": None}
-        if carry is not None:
-            self._settle_outcome(carry.what, carry.job, refusals.get("carry"))
-        error = refusals.get("step") if step is not None else None
-        if step is not None and error is not None:
-            self.stats.lost += 1
-            log.error("LOST FENCE: job %s could not %s: %s", step.job.job_id, step.what, error)
-        return error
-
-    def _settle_outcome(self, what: str, job: Job, error: Exception | None) -> None:
-        if error is not None:
-            self.stats.lost += 1
-            log.error(
-                "LOST FENCE: job %s ran but its outcome (%s) was refused: %s",
-                job.job_id,
-                what,
-                error,
-            )
-        elif what == JobState.SUCCEEDED:
-            self.stats.succeeded += 1
-        elif what == JobState.FAILED:
-            self.stats.failed += 1
-        else:
-            self.stats.unknown += 1
-
-    def _flush(self) -> None:
-        """Commit a carried outcome on its own (end of batch, stop)."""
-        self._record_outcomes()
-        if self._carry is not None:
-            self._commit(None)
 
     def _authorize(self, job: Job, job_type: JobType | None) -> _Verdict:
         if job_type is None:
@@ -719,7 +432,7 @@ class Executor:
         except JobValidationError as exc:
             return _Verdict(False, "SCHEMA_INVALID", str(exc), {})
         if not transitions.fingerprint_ok(job):
-            # begin_job refuses it too (and records the drift); say why here.
+            # The begin refuses it (and records the drift); say why there.
             return _Verdict(True, "OK", "", {"schema": "ok"})
         detail: dict[str, Any] = {"schema": "ok", "fingerprint": job.fingerprint}
         if job_type.needs_approval:
@@ -728,6 +441,101 @@ class Executor:
                 return _Verdict(False, check.code, check.why, {})
             detail.update(approval_id=job.approval_id, approval=check.why)
         return _Verdict(True, "OK", "", detail)
+
+    def _reject(self, job: Job, verdict: _Verdict) -> None:
+        try:
+            self._step(
+                lambda: transitions.reject_job(
+                    job.job_id,
+                    actor=self.worker_id,
+                    reason=verdict.why,
+                    result_code=verdict.code,
+                    claim_id=job.claim_id,
+                ),
+                committed=lambda: bool(_holding([job], {job.job_id: JobState.REJECTED})),
+            )
+        except InboxError as exc:
+            self._lost(job.job_id, f"could not be rejected: {exc}")
+            return
+        self.stats.rejected += 1
+        log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
+
+    def _begin(self, ready: list[Job], authorized: dict[str, dict[str, Any]]) -> list[Job]:
+        """Begin ``ready`` in one transaction with the outcomes waiting to be recorded; the jobs
+        that began. A batch a drift undid begins again one job at a time."""
+        outcomes = self._hand_over()
+        if not ready and not outcomes:
+            return []
+        targets = {j.job_id: JobState.EXECUTING for j in ready}
+        targets.update({o.job.job_id: o.to for o in outcomes})
+
+        def both() -> tuple[Moved, Moved]:
+            with transaction.atomic():
+                finished = (
+                    transitions.finish_jobs(outcomes, actor=self.worker_id) if outcomes else Moved()
+                )
+                begun = (
+                    transitions.begin_jobs(
+                        ready,
+                        actor=self.worker_id,
+                        lease_seconds=self.lease_seconds,
+                        authorized=authorized,
+                    )
+                    if ready
+                    else Moved()
+                )
+            return finished, begun
+
+        jobs = [*ready, *(o.job for o in outcomes)]
+        result = self._step(both, committed=lambda: _holding(jobs, targets))
+        if isinstance(result, set):  # a lost response after the commit: read back what moved
+            finished, begun = _as_moved(result, outcomes), _as_moved(result, ready)
+        else:
+            finished, begun = result
+        self._unrecorded = []
+        self._settle(outcomes, finished)
+        if begun.undone:
+            return [job for job in ready if self._begin_alone(job, authorized[job.job_id])]
+        started = []
+        for job in ready:
+            if job.job_id in begun:
+                self._keeper.refreshed(job.job_id)
+                started.append(job)
+            else:
+                self._keeper.drop(job.job_id)
+                self._lost(job.job_id, f"could not begin: {begun.refused.get(job.job_id)}")
+        return started
+
+    def _begin_alone(self, job: Job, checks: dict[str, Any]) -> bool:
+        begun = self._step(
+            lambda: transitions.begin_jobs(
+                [job],
+                actor=self.worker_id,
+                lease_seconds=self.lease_seconds,
+                authorized={job.job_id: checks},
+            ),
+            committed=lambda: _holding([job], {job.job_id: JobState.EXECUTING}),
+        )
+        if job.job_id in begun:
+            self._keeper.refreshed(job.job_id)
+            return True
+        self._keeper.drop(job.job_id)
+        refusal = getattr(begun, "refused", {}).get(job.job_id)
+        self._lost(job.job_id, f"could not begin: {refusal}")
+        return False
+
+    def _execute(self, job: Job) -> Outcome | None:
+        """Run the handler of a begun job; its outcome, or None if the claim was lost."""
+        job_type = registry()[job.job_type]
+        if self._keeper.is_lost(job.job_id):
+            self._keeper.drop(job.job_id)
+            self._lost(job.job_id, "lost its claim before it ran; not run")
+            return None
+        started = time.monotonic()
+        to, code, detail, error = self._run_handler(job, job_type)
+        elapsed_ms = round((time.monotonic() - started) * 1000, 1)
+        executed = {"handler": job_type.handler_path, "duration_ms": elapsed_ms, **detail}
+        return Outcome(job=job, to=to, result_code=code, error=error, executed_detail=executed)
 
     def _run_handler(self, job: Job, job_type: JobType) -> tuple[str, str, dict[str, Any], str]:
         """(outcome state, result code, detail, error) — never raises."""
@@ -746,13 +554,73 @@ class Executor:
             result = HandlerResult()
         return JobState.SUCCEEDED, result.result_code, dict(result.detail), ""
 
+    # --- recording outcomes -----------------------------------------------------------------
+
+    def _hand_over(self) -> list[Outcome]:
+        """The outcomes to commit now, taken from the lease keeper (under its lock, so no
+        renewal races the commit); a claim it lost meanwhile must not get an outcome."""
+        kept = []
+        for outcome in self._unrecorded:
+            if self._keeper.drop(outcome.job.job_id):
+                self._lost(
+                    outcome.job.job_id,
+                    f"finished ({outcome.result_code}) after its claim was lost; "
+                    "outcome not recorded",
+                )
+            else:
+                kept.append(outcome)
+        self._unrecorded = kept
+        return kept
+
+    def _record(self) -> None:
+        """Commit the waiting outcomes in one transaction (end of turn, slow chunk, stop)."""
+        outcomes = self._hand_over()
+        if not outcomes:
+            return
+        targets = {o.job.job_id: o.to for o in outcomes}
+        jobs = [o.job for o in outcomes]
+        moved = self._step(
+            lambda: transitions.finish_jobs(outcomes, actor=self.worker_id),
+            committed=lambda: _holding(jobs, targets),
+        )
+        self._unrecorded = []
+        self._settle(
+            outcomes, _as_moved(moved, outcomes) if not isinstance(moved, Moved) else moved
+        )
+
+    def _settle(self, outcomes: list[Outcome], moved: Moved) -> None:
+        """Count the committed outcomes; an undone batch is recorded one outcome at a time."""
+        if moved.undone:
+            for outcome in outcomes:
+                self._unrecorded = [outcome]
+                self._record()
+            return
+        for outcome in outcomes:
+            job_id = outcome.job.job_id
+            if job_id not in moved:
+                self._lost(
+                    job_id,
+                    f"ran but its outcome ({outcome.to}) was refused: {moved.refused.get(job_id)}",
+                )
+            elif outcome.to == JobState.SUCCEEDED:
+                self.stats.succeeded += 1
+            elif outcome.to == JobState.FAILED:
+                self.stats.failed += 1
+            else:
+                self.stats.unknown += 1
+
+    def _lost(self, job_id: str, what: str) -> None:
+        self.stats.lost += 1
+        log.error("LOST FENCE: job %s %s", job_id, what)
+
     # --- database resilience ----------------------------------------------------------------
 
-    def _db_step(self, step: Callable[[], Any], *, done: Callable[[], bool]) -> Any:
+    def _step(self, step: Callable[[], Any], *, committed: Callable[[], set[str]]) -> Any:
         """Run one transition, retrying on a dropped connection.
 
-        The lost response may hide a commit, so before each retry ``done`` asks the database
-        whether the step already took effect.
+        The lost response may hide a commit, so before each retry ``committed`` asks the
+        database which jobs already are where the step would put them under our claim; if any
+        are, the step committed (it is one transaction) and that set is returned instead.
         """
         attempt = 0
         while True:
@@ -762,53 +630,52 @@ class Executor:
                 attempt += 1
                 self.stats.db_errors += 1
                 log.warning("database error (attempt %d/%d): %s", attempt, self.db_retries, exc)
-                self._drop_connection()
+                self.drop_connection()
                 if attempt >= self.db_retries:
                     self._db_trouble = True
                     raise
                 time.sleep(min(self.poll, 1.0) * attempt)
                 try:
-                    if done():
-                        return None
+                    found = committed()
                 except DB_ERRORS:
-                    self._drop_connection()
-
-    def _drop_connection(self) -> None:
-        with contextlib.suppress(*DB_ERRORS):
-            connection.close()
+                    self.drop_connection()
+                    continue
+                if found:
+                    return found
 
     def _release_orphans(self) -> None:
         """After a database error: hand back CLAIMED jobs of ours that we no longer track."""
         tracked = {job.job_id for job in self._pending}
-        orphans = Job.objects.filter(worker_id=self.worker_id, state=JobState.CLAIMED).exclude(
-            job_id__in=tracked
+        orphans = list(
+            Job.objects.filter(worker_id=self.worker_id, state=JobState.CLAIMED).exclude(
+                job_id__in=tracked
+            )
         )
+        if not orphans:
+            return
         for job in orphans:
-            try:
-                transitions.release_job(
-                    job.job_id,
-                    claim_id=job.claim_id,
-                    actor=self.worker_id,
-                    reason="released after a database error",
-                )
-                self.stats.released += 1
-            except InvalidTransition as exc:
-                log.warning("job %s: orphan not released: %s", job.job_id, exc)
+            self._keeper.drop(job.job_id)
+        moved = transitions.release_jobs(
+            [Held.of(job) for job in orphans],
+            actor=self.worker_id,
+            reason="released after a database error",
+        )
+        self.stats.released += len(moved)
+        for job_id, exc in moved.refused.items():
+            log.warning("job %s: orphan not released: %s", job_id, exc)
 
     # --- housekeeping -----------------------------------------------------------------------
 
-    def _maybe_beat(self, *, force: bool = False, status: str | None = None) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_beat < self.poll:
-            return
-        self._last_beat = now
-        workers.beat(
-            worker_id=self.worker_id,
-            current_job_id=self._current,
-            jobs_done=self.stats.succeeded,
-            jobs_failed=self.stats.not_ok,
-            status=status,
-        )
+    def _housekeep(self) -> None:
+        """Progress and heartbeat between a chunk's handlers; a database error here must not
+        abandon the jobs in hand (their outcomes are not committed yet)."""
+        self.maybe_progress()
+        try:
+            self.beat()
+        except DB_ERRORS as exc:
+            self.stats.db_errors += 1
+            log.warning("heartbeat hit a database error (the chunk goes on): %s", exc)
+            self.drop_connection()
 
     def _sweep(self) -> None:
         try:
@@ -818,97 +685,15 @@ class Executor:
             return
         self.stats.sweeps += 1
         if report.total or report.refused:
-            self._say(f"sweep: {report.summary()}")
-
-    def _maybe_progress(self) -> None:
-        now = time.monotonic()
-        last_at, last_n = self._last_progress
-        if now - last_at < self.progress_seconds:
-            return
-        done = self.stats.processed
-        rate = (done - last_n) / (now - last_at)
-        overall = done / max(now - self.stats.started, 1e-9)
-        self._say(
-            f"progress: {self.stats.line()}; {rate:.1f} jobs/s over the last {now - last_at:.0f}s, "
-            f"{overall:.1f} jobs/s overall"
-        )
-        self._last_progress = (now, done)
-
-    def summary(self) -> str:
-        elapsed = time.monotonic() - self.stats.started
-        rate = self.stats.processed / max(elapsed, 1e-9)
-        text = (
-            f"executor {self.worker_id} stopped: {self.stats.line()} in {elapsed:.1f}s "
-            f"({rate:.1f} jobs/s); released {self.stats.released}, "
-            f"database errors {self.stats.db_errors}, sweeps {self.stats.sweeps}"
-        )
-        if self._stop_reason:
-            text += f"; reason: {self._stop_reason}"
-        return text
-
-    def _say(self, text: str) -> None:
-        self.out(f"[{self.worker_id}] {text}")
-
-    def _shutdown(self) -> None:
-        self._keeper.halt()
-        pending = list(self._pending)
-        self._pending.clear()
-        try:
-            self._flush()
-            if pending:
-                self._maybe_beat(force=True, status=WorkerStatus.STOPPING)
-            for job in pending:
-                self._keeper.drop(job.job_id)
-                try:
-                    self._db_step(
-                        lambda job=job: transitions.release_job(
-                            job.job_id,
-                            claim_id=job.claim_id,
-                            actor=self.worker_id,
-                            reason=f"worker stopping ({self._stop_reason or 'exit'})",
-                        ),
-                        done=lambda job=job: _state_of(job) == JobState.READY,
-                    )
-                    self.stats.released += 1
-                except InvalidTransition as exc:
-                    log.warning("job %s not released: %s", job.job_id, exc)
-            workers.mark_stopped(
-                worker_id=self.worker_id,
-                jobs_done=self.stats.succeeded,
-                jobs_failed=self.stats.not_ok,
-            )
-        except DB_ERRORS as exc:
-            log.error("could not hand back claims or mark the worker stopped: %s", exc)
-        finally:
-            self._keeper.join(timeout=max(self.lease_seconds, 5))
-        self.out(self.summary())
-
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self._on_signal)
-        return previous
-
-    @staticmethod
-    def _restore_signals(previous: dict[int, Any]) -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            self.say(f"sweep: {report.summary()}")
 
 
-def _raw_stderr(text: str) -> None:
-    with contextlib.suppress(OSError):
-        os.write(2, f"{text}\n".encode())
-
-
-def _state_of(job: Job) -> str | None:
-    return Job.objects.filter(job_id=job.job_id).values_list("state", flat=True).first()
+def _ids(jobs: list[Job]) -> list[str]:
+    return [job.job_id for job in jobs]
 
 
 def _holding(jobs: list[Job], states: dict[str, str]) -> set[str]:
-    """Which of ``jobs`` are in their target state under our claim (a batch's commit check)."""
+    """Which of ``jobs`` are in their target state under our claim (a step's commit check)."""
     if not jobs:
         return set()
     rows = Job.objects.filter(job_id__in=[j.job_id for j in jobs]).values_list(
@@ -918,6 +703,12 @@ def _holding(jobs: list[Job], states: dict[str, str]) -> set[str]:
     return {jid for jid, state, claim in rows if state == states[jid] and claim == claims[jid]}
 
 
-def _holds(job: Job, state: str) -> bool:
-    """Did our step commit although its response was lost? (state reached, claim still ours)"""
-    return bool(_holding([job], {job.job_id: state}))
+def _as_moved(found: set[str], items: list[Any]) -> Moved:
+    """What a step whose response was lost moved, read back from the database."""
+    moved = Moved()
+    for item in items:
+        job = item.job if isinstance(item, Outcome) else item
+        if job.job_id in found:
+            moved.add(job.job_id)
+            moved.jobs.append(job)
+    return moved

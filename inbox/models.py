@@ -170,7 +170,10 @@ class Worker(models.Model):
 
     worker_id = models.CharField(max_length=200, primary_key=True)
     kind = models.CharField(max_length=32)
+    # The executor scope it claims from (executors only).
     scope = models.CharField(max_length=32, blank=True, default="")
+    # The store it consolidates (consolidators only).
+    store = models.CharField(max_length=200, blank=True, default="")
     host = models.CharField(max_length=255)
     pid = models.PositiveIntegerField()
     started_at = models.DateTimeField(db_default=Now())

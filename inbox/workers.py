@@ -1,9 +1,9 @@
-"""Worker heartbeat rows (DESIGN §4, issue 3 §4).
+"""Worker heartbeat rows (DESIGN §4).
 
 Owns the ``Worker`` table: a worker registers once, beats while it runs (at most every poll
-interval, never per job) and marks itself stopped on the way out. A worker is dead when it has
-not been seen for 3 × poll + lease, measured on the database clock. Callers: ``inbox.executor``,
-the sweeper and reconciler loops, the ``workers`` command and the console.
+interval, never per job) and marks itself stopped on the way out; ``inbox.loop`` does all three
+for every worker. A worker is dead when it has not been seen for 3 × poll + lease, measured on
+the database clock. Callers: ``inbox.loop``, the ``workers`` command and the console.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import uuid
 
 from django.db.models.functions import Now
 
-from inbox import transitions
+from core.clock import db_now
 from inbox.models import Worker, WorkerStatus
 
 
-def new_worker_id(kind: str, scope: str = "") -> str:
-    """host-pid-random: unique per process start, readable in the console."""
-    label = f"{kind}-{scope}" if scope else kind
-    return f"{label}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+def new_worker_id(kind: str, label: str = "") -> str:
+    """``kind-label-host-pid-random``: unique per process start, readable in the console. The
+    label is the executor's scope or the consolidator's store. Every worker id is made here."""
+    head = f"{kind}-{label}" if label else kind
+    return f"{head}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"[:200]
 
 
 def register_worker(
@@ -30,6 +31,7 @@ def register_worker(
     worker_id: str,
     kind: str,
     scope: str = "",
+    store: str = "",
     poll_seconds: float = 1.0,
     lease_seconds: int = 60,
     host: str | None = None,
@@ -41,6 +43,7 @@ def register_worker(
         defaults={
             "kind": kind,
             "scope": scope,
+            "store": store,
             "host": host or socket.gethostname(),
             "pid": pid if pid is not None else os.getpid(),
             "poll_seconds": poll_seconds,
@@ -98,7 +101,7 @@ def is_alive(worker: Worker, now: dt.datetime) -> bool:
 
 def worker_rows(now: dt.datetime | None = None) -> list[Worker]:
     """Every worker, newest first, with ``alive`` and ``seen_ago_s`` (database time)."""
-    now = transitions.db_now(now)
+    now = db_now(now)
     rows = list(Worker.objects.order_by("-last_seen_at", "worker_id"))
     for worker in rows:
         worker.alive = is_alive(worker, now)

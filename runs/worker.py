@@ -1,8 +1,9 @@
-"""The consolidator worker loop (DESIGN §3, §4); ``manage.py run_consolidator`` starts it.
+"""The consolidator worker (DESIGN §3, §4); ``manage.py run_consolidator`` starts it.
 
-One turn: ask ``next_group`` (which plans a run when this worker has none effectively active),
-let the consolidator decide each member, dispose them one by one (each disposition refreshes
-the lease), and go on until the run closes complete. Every write goes through
+A ``WorkerLoop`` (``inbox.loop``: heartbeat, signals, database-error backoff, one worker-id
+scheme). One turn: ask ``next_group`` (which plans a run when this worker has none effectively
+active), let the consolidator decide each member, dispose them one by one (each disposition
+refreshes the lease), and go on until the run closes complete. Every write goes through
 ``runs.transitions``; this module never assigns a status.
 
 Stopping: SIGTERM/SIGINT set a flag that is checked between members, so the member in flight is
@@ -18,17 +19,10 @@ then stops instead of taking the store back, so two workers never ping-pong over
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import close_old_connections
-
-from inbox import workers as heartbeats
+from inbox.loop import WorkerLoop
 from runs import transitions
 from runs.consolidators import Consolidator, get_consolidator
 from runs.errors import ConsolidatorError, GroupExpired, RunError
@@ -48,8 +42,10 @@ class Progress:
     stop_reason: str = ""
 
 
-class ConsolidatorWorker:
+class ConsolidatorWorker(WorkerLoop):
     """Serve and dispose one store's groups under a run lease until done or told to stop."""
+
+    kind = "consolidator"
 
     def __init__(
         self,
@@ -62,119 +58,86 @@ class ConsolidatorWorker:
         consolidator: Consolidator | None = None,
         say: Callable[[str], None] | None = None,
     ) -> None:
-        self.store = store
-        self.host = socket.gethostname()
-        self.pid = os.getpid()
-        self.worker_id = worker_id or f"consolidator-{self.host}-{self.pid}"
-        self.lease_seconds = lease_seconds
+        super().__init__(
+            worker_id=worker_id,
+            store=store,
+            # A long group decision or an idle wait must not make the row look dead.
+            poll_seconds=max(idle_seconds, 1.0),
+            lease_seconds=lease_seconds,
+            out=say or (lambda text: log.info("%s", text)),
+        )
         self.once = once
         self.idle_seconds = idle_seconds
         self.consolidator = consolidator or get_consolidator()
-        self.say = say or (lambda text: log.info("%s", text))
         self.progress = Progress()
-        self._stop = threading.Event()
         self._run_id = ""
-        self._last_beat = 0.0
 
-    # --- signals ----------------------------------------------------------------------------
+    # --- the loop's hooks -------------------------------------------------------------------
 
-    def request_stop(self, reason: str = "asked to stop") -> None:
-        if not self._stop.is_set():
-            self.progress.stop_reason = reason
-            self._stop.set()
-
-    def install_signal_handlers(self) -> None:
-        def handler(signum, _frame):
-            self.request_stop(f"received {signal.Signals(signum).name}")
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    # --- the loop ---------------------------------------------------------------------------
-
-    def run(self) -> Progress:
-        """Work until the run completes (``once``), a stop is requested, or the store is lost."""
+    def setup(self) -> str:
         self.consolidator.check()
-        self.say(
-            f"consolidator {self.worker_id} on store {self.store!r} "
-            f"(lease {self.lease_seconds}s, {self.consolidator.name})"
-        )
-        heartbeats.register_worker(
-            worker_id=self.worker_id,
-            kind="consolidator",
-            scope=self.store[:32],
-            # A long group decision or an idle wait must not make the row look dead.
-            poll_seconds=max(self.idle_seconds, 1.0),
-            lease_seconds=self.lease_seconds,
-            host=self.host,
-            pid=self.pid,
-        )
-        try:
-            self._loop()
-        finally:
-            try:
-                self._close_own_run()
-                heartbeats.mark_stopped(worker_id=self.worker_id, jobs_done=self._done_count())
-            except Exception:
-                # Never mask the error that ended the loop; the run will expire on its own.
-                log.exception("consolidator %s: cleanup on stop failed", self.worker_id)
+        return f"store {self.store!r} (lease {self.lease_seconds}s, {self.consolidator.name})"
+
+    def stopping_note(self) -> str:
+        return "stopping after the member in hand; the run will be closed abandoned"
+
+    def stop(self, reason: str = "asked to stop") -> None:
+        if not self.stopping:
+            self.progress.stop_reason = reason
+        super().stop(reason)
+
+    def counters(self) -> tuple[int | None, int | None]:
+        return self._done_count(), None
+
+    def result(self) -> Progress:
         return self.progress
+
+    def finish(self) -> None:
+        try:
+            self._close_own_run()
+        except RunError as exc:
+            # Never mask the error that ended the loop; the run will expire on its own.
+            log.warning("consolidator %s: could not close its run on stop: %s", self.worker_id, exc)
+
+    def summary(self) -> str:
+        p = self.progress
+        disposed = ", ".join(f"{n} {d}" for d, n in sorted(p.disposed.items())) or "none"
+        return (
+            f"stopped ({p.stop_reason or 'done'}): {p.runs_planned} run(s) planned, "
+            f"{p.runs_completed} complete, {p.groups} group(s) served, "
+            f"{p.deferred} deferred; dispositions: {disposed}"
+        )
 
     def _done_count(self) -> int:
         return sum(self.progress.disposed.values())
 
-    def _beat(self, *, force: bool = False) -> None:
-        """Heartbeat at most once a second (never per member on a fast run)."""
-        now = time.monotonic()
-        if force or now - self._last_beat >= 1.0:
-            heartbeats.beat(worker_id=self.worker_id, jobs_done=self._done_count())
-            self._last_beat = now
-
-    def _idle(self) -> None:
-        """Wait ``idle_seconds`` (or until told to stop), beating meanwhile."""
-        deadline = time.monotonic() + self.idle_seconds
-        while not self.stopping and (left := deadline - time.monotonic()) > 0:
-            self._stop.wait(min(left, 5.0))
-            close_old_connections()
-            self._beat(force=True)
-
-    def _loop(self) -> None:
-        while not self.stopping:
-            close_old_connections()
-            self._beat()
-            if self._run_id and self._taken_over():
-                break
-            served = transitions.next_group(
-                store=self.store,
-                owner=self.worker_id,
-                lease_seconds=self.lease_seconds,
-                host=self.host,
-                pid=self.pid,
-                consolidator=self.consolidator,
+    def turn(self) -> bool:
+        if self._run_id and self._taken_over():
+            return False
+        served = transitions.next_group(
+            store=self.store,
+            owner=self.worker_id,
+            lease_seconds=self.lease_seconds,
+            consolidator=self.consolidator,
+        )
+        self._run_id = served.run.run_id
+        if served.planned:
+            self.progress.runs_planned += 1
+            counts = group_counts_by_run([served.run.run_id])[served.run.run_id]
+            self.say(
+                f"planned run {served.run.run_id}: {sum(counts.values())} group(s), "
+                f"lease until {served.run.expires_at.isoformat()}"
             )
-            self._run_id = served.run.run_id
-            if served.planned:
-                self.progress.runs_planned += 1
-                counts = group_counts_by_run([served.run.run_id])[served.run.run_id]
-                self.say(
-                    f"planned run {served.run.run_id}: {sum(counts.values())} group(s), "
-                    f"lease until {served.run.expires_at.isoformat()}"
-                )
-            if served.completed:
-                self._completed(served.run.run_id)
-                if self.once:
-                    self.request_stop("run complete (--once)")
-                    break
-                self._idle()
-                continue
-            if served.group is None:
-                continue
-            if not self._work_group(served):
-                break
+        if served.completed:
+            self._completed(served.run.run_id)
+            if self.once:
+                self.stop("run complete (--once)")
+                return False
+            self.wait(self.idle_seconds)
+            return True
+        if served.group is None:
+            return True
+        return self._work_group(served)
 
     def _completed(self, run_id: str) -> None:
         self.progress.runs_completed += 1
@@ -218,7 +181,7 @@ class ConsolidatorWorker:
                 return self._defer(group.id, f"apply failed for {member.item_ref!r}: {exc}")
             counts = self.progress.disposed
             counts[disposition] = counts.get(disposition, 0) + 1
-            self._beat()
+            self.beat()
             job = result.applied.get("job_id")
             extra = ""
             if job:
@@ -228,9 +191,9 @@ class ConsolidatorWorker:
             if result.run_closed:
                 self._completed(served.run.run_id)
                 if self.once:
-                    self.request_stop("run complete (--once)")
+                    self.stop("run complete (--once)")
                     return False
-                self._idle()
+                self.wait(self.idle_seconds)
         return True
 
     def _defer(self, group_id: int, reason: str) -> bool:
@@ -243,7 +206,7 @@ class ConsolidatorWorker:
         if result.run_closed:
             self._completed(result.group.run_id)
             if self.once:
-                self.request_stop("run complete (--once)")
+                self.stop("run complete (--once)")
                 return False
         return True
 
@@ -256,21 +219,21 @@ class ConsolidatorWorker:
             # Our own row says so even when the taker has already finished its run.
             mine = Run.objects.filter(run_id=self._run_id).values("status", "closed_by").first()
             if mine and mine["status"] == RunStatus.TAKEN_OVER:
-                self.request_stop(
+                self.stop(
                     f"store taken over by {mine['closed_by']} (our run {self._run_id} closed)"
                 )
                 return True
         try:
             holder = transitions.current_run(self.store)
         except RunError as err:
-            self.request_stop(str(err))
+            self.stop(str(err))
             return True
         if (
             holder is not None
             and holder.worker_id != self.worker_id
             and transitions.is_effectively_active(holder)
         ):
-            self.request_stop(f"store taken over by {holder.worker_id} (run {holder.run_id})")
+            self.stop(f"store taken over by {holder.worker_id} (run {holder.run_id})")
             return True
         return False
 

@@ -34,8 +34,9 @@ def test_run_consolidator_once_on_seeded_vault_requests_deletes_then_none_more(p
     assert proc_db.scalar("SELECT COUNT(*) FROM inbox_job") == 4
     statuses = proc_db.query("SELECT status FROM runs_run ORDER BY started_at")
     assert statuses == [("complete",), ("complete",)]
-    heartbeat = proc_db.query("SELECT kind, scope, status, jobs_done FROM inbox_worker")
-    assert heartbeat == [("consolidator", "vault", "stopped", 6)]
+    # The store has its own column; scope is an executor's.
+    heartbeat = proc_db.query("SELECT kind, store, scope, status, jobs_done FROM inbox_worker")
+    assert heartbeat == [("consolidator", "vault", "", "stopped", 6)]
 
     listed = json.loads(proc_db.manage("runs", "--json").stdout)
     assert [r["effective_status"] for r in listed] == ["complete", "complete"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from inbox import reconcile
-from inbox.management.commands._common import run_loop
+from inbox.loop import PeriodicWorker
 
 
 class Command(BaseCommand):
@@ -35,16 +35,22 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         apply = options["auto"] and not options["dry_run"]
         if options["loop"]:
-            run_loop(
-                kind="reconciler",
-                interval=options["interval"],
-                body=lambda worker_id: self._once(apply=apply, actor=worker_id, quiet=True),
-                say=self.stdout.write,
-            )
+            try:
+                PeriodicWorker(
+                    kind="reconciler",
+                    interval=options["interval"],
+                    body=lambda worker_id: self._once(apply=apply, actor=worker_id, quiet=True),
+                    out=self.stdout.write,
+                ).run()
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
             return
-        self._once(apply=apply, actor=options["actor"], quiet=options["quiet"])
+        said = self._once(apply=apply, actor=options["actor"], quiet=options["quiet"])
+        if said:
+            self.stdout.write(said)
 
-    def _once(self, *, apply: bool, actor: str, quiet: bool) -> None:
+    def _once(self, *, apply: bool, actor: str, quiet: bool) -> str:
+        """One pass; the summary line to print (empty when a quiet pass changed nothing)."""
         if not quiet:
             for job, evidence, action in reconcile.plan_auto_reconcile():
                 if evidence is None:
@@ -58,4 +64,5 @@ class Command(BaseCommand):
                 self.stdout.write(f"{job.job_id}  {job.vault_path}  {state}  {action}")
         report = reconcile.auto_reconcile(actor=actor, dry_run=not apply)
         if not quiet or report.confirmed or report.not_applied or report.conflict:
-            self.stdout.write(report.summary(dry_run=not apply))
+            return report.summary(dry_run=not apply)
+        return ""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from inbox.management.commands._common import cli_actor, run_loop
+from inbox.loop import PeriodicWorker
+from inbox.management.commands._common import cli_actor
 from inbox.transitions import recover_stale_claims_report
 
 
@@ -30,17 +31,23 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         dry_run = options["dry_run"]
 
-        def sweep(actor: str) -> None:
+        def sweep(actor: str) -> str:
             report = recover_stale_claims_report(dry_run=dry_run, actor=actor)
             if report.total or report.refused or not options["loop"]:
-                self.stdout.write(report.summary(dry_run=dry_run))
+                return report.summary(dry_run=dry_run)
+            return ""
 
         if options["loop"]:
-            run_loop(
-                kind="sweeper",
-                interval=options["interval"],
-                body=lambda worker_id: sweep(options["actor"] or worker_id),
-                say=self.stdout.write,
-            )
+            try:
+                PeriodicWorker(
+                    kind="sweeper",
+                    interval=options["interval"],
+                    body=lambda worker_id: sweep(options["actor"] or worker_id),
+                    out=self.stdout.write,
+                ).run()
+            except ValueError as exc:
+                raise CommandError(str(exc)) from exc
         else:
-            sweep(options["actor"] or cli_actor(None).replace("cli:", "sweeper:"))
+            self.stdout.write(
+                sweep(options["actor"] or cli_actor(None).replace("cli:", "sweeper:"))
+            )

@@ -51,7 +51,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default="",
-            help="owner id recorded on the run (default consolidator-<host>-<pid>)",
+            help="owner id recorded on the run (default consolidator-STORE-HOST-PID-…)",
         )
         parser.add_argument(
             "--once",
@@ -84,20 +84,13 @@ class Command(BaseCommand):
             raise CommandError(f"configuration error: {exc}") from exc
         if verbosity >= 1:
             self.stdout.write(f"database: {description}")
-        worker.install_signal_handlers()
         try:
-            progress = worker.run()
+            worker.run()  # prints its summary line last
         except ConsolidatorError as exc:
             raise CommandError(f"consolidator error: {exc}") from exc
         except RunError as exc:
             # e.g. two active rows for the store: refused, never resolved by picking one.
             raise CommandError(f"run error: {exc}") from exc
-        disposed = ", ".join(f"{n} {d}" for d, n in sorted(progress.disposed.items())) or "none"
-        self.stdout.write(
-            f"stopped ({progress.stop_reason or 'done'}): {progress.runs_planned} run(s) planned, "
-            f"{progress.runs_completed} complete, {progress.groups} group(s) served, "
-            f"{progress.deferred} deferred; dispositions: {disposed}"
-        )
 
     def _say(self, verbosity: int):
         def say(text: str) -> None:
