@@ -13,10 +13,11 @@ import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from audit.events import record_event
 from audit.models import EventType
+from core.clock import db_now
 from inbox import transitions
 from inbox.errors import ApprovalError, InvalidTransition, JobNotFound
 from inbox.jobtypes import registry
@@ -55,10 +56,7 @@ def _reason(reason: str) -> str:
 
 
 def _load_undecided(job_id: str, username: str) -> Job:
-    qs = Job.objects.filter(job_id=job_id)
-    if connection.vendor == "postgresql":
-        qs = qs.select_for_update()
-    job = qs.first()
+    job = transitions.lock_jobs([job_id]).get(job_id)
     if job is None:
         raise JobNotFound(job_id)
     job_type = registry().get(job.job_type)
@@ -112,7 +110,7 @@ def approve_delete(
         raise ApprovalError(f"ttl_seconds must be positive, got {ttl}")
     with transaction.atomic():
         job = _load_undecided(job_id, username)
-        now = transitions.db_now()
+        now = db_now()
         approval = _decision_row(
             job,
             username,
@@ -146,7 +144,7 @@ def deny_delete(job_id: str, *, approver, reason: str) -> Approval:
     reason = _reason(reason)
     with transaction.atomic():
         job = _load_undecided(job_id, username)
-        now = transitions.db_now()
+        now = db_now()
         approval = _decision_row(job, username, ApprovalDecision.DENIED, reason, now)
         record_event(
             event_type=EventType.DENIED,
@@ -179,7 +177,7 @@ def revoke_approval(approval_id: str, *, actor, reason: str) -> Approval:
             raise ApprovalError(
                 f"job {approval.job_id!r} is {state}; revoking its approval would change nothing"
             )
-        now = transitions.db_now()
+        now = db_now()
         changed = Approval.objects.filter(approval_id=approval_id, revoked_at__isnull=True).update(
             revoked_at=now, revoked_by=username, revoke_reason=reason
         )
@@ -223,7 +221,7 @@ def check_approval(job: Job, *, now: dt.datetime | None = None) -> ApprovalCheck
             f"approval revoked by {approval.revoked_by} at {approval.revoked_at.isoformat()}: "
             f"{approval.revoke_reason}",
         )
-    now = transitions.db_now(now)
+    now = db_now(now)
     if approval.expires_at is not None and approval.expires_at <= now:
         return ApprovalCheck(
             False, "APPROVAL_EXPIRED", f"approval expired at {approval.expires_at.isoformat()}"
@@ -234,9 +232,3 @@ def check_approval(job: Job, *, now: dt.datetime | None = None) -> ApprovalCheck
         f"approved by {approval.approver}"
         + (f", valid until {approval.expires_at.isoformat()}" if approval.expires_at else ""),
     )
-
-
-def approval_status(job: Job) -> tuple[bool, str]:
-    """(ok, why) for a job's approval, as the executor sees it right before executing."""
-    verdict = check_approval(job)
-    return verdict.ok, verdict.why

@@ -188,10 +188,6 @@ def scopes() -> list[str]:
     return sorted({t.scope for t in registry().values()})
 
 
-def types_in_scope(scope: str) -> list[JobType]:
-    return [t for t in registry().values() if t.scope == scope]
-
-
 def check_vault_path(value: str) -> list[str]:
     """Problems with a vault path as text; resolution inside the root is the vault's check."""
     problems = []

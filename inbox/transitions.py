@@ -33,6 +33,7 @@ from django.db.models import Q
 from audit.events import Event, record_event, record_events
 from audit.models import AuditEvent, EventType
 from core.clock import db_now, parse_sqlite_datetime
+from core.db import locked
 from inbox.errors import (
     IdempotencyConflict,
     ImmutableFieldDrift,
@@ -194,12 +195,8 @@ class _BatchDrift(Exception):
 
 
 def lock_jobs(job_ids: Iterable[str]) -> dict[str, Job]:
-    """Load jobs for a write in this transaction: ``FOR UPDATE`` on PostgreSQL (SQLite's
-    IMMEDIATE transaction already holds the write lock). The inbox's one load-and-lock helper."""
-    qs = Job.objects.filter(job_id__in=list(job_ids))
-    if connection.vendor == "postgresql":
-        qs = qs.select_for_update()
-    return {job.job_id: job for job in qs}
+    """Load jobs for a write in this transaction, locked (``core.db.locked``)."""
+    return {job.job_id: job for job in locked(Job.objects.filter(job_id__in=list(job_ids)))}
 
 
 def _move(
@@ -884,8 +881,7 @@ def claim_next_jobs(
             qs = Job.objects.filter(state=S.READY, scope=scope).order_by("created_at", "job_id")
             if skip:
                 qs = qs.exclude(job_id__in=skip)
-            if connection.vendor == "postgresql":
-                qs = qs.select_for_update(skip_locked=True)
+            qs = locked(qs, skip_locked=True)
             wanted = limit - len(claimed)
             ids = list(qs.values_list("job_id", flat=True)[:wanted])
             moved = _move(
@@ -1447,9 +1443,7 @@ def recover_stale_claims_report(
                 for job in qs:
                     report.count(job, lapsed_outcome(job))
                 return report
-            if connection.vendor == "postgresql":
-                qs = qs.select_for_update(skip_locked=True)
-            candidates = list(qs[:batch])
+            candidates = list(locked(qs, skip_locked=True)[:batch])
             groups: dict[str, list[Job]] = {}
             for job in candidates:
                 groups.setdefault(lapsed_outcome(job), []).append(job)

@@ -34,6 +34,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from inbox.errors import InboxError
+from inbox.jobtypes import check_vault_path
+from inbox.transitions import create_job
 from runs.errors import ConsolidatorError
 
 if TYPE_CHECKING:
@@ -137,8 +140,6 @@ class VaultDeduplicator:
 
     def scan(self) -> dict[str, list[tuple[str, int]]]:
         """{sha256: [(relative path, size), ...]} of every regular file inside the root."""
-        from inbox.jobtypes import check_vault_path
-
         root = self.root
         by_hash: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -221,9 +222,6 @@ class VaultDeduplicator:
     def apply(self, *, run: Run, group: Group, member: Member, disposition: str) -> dict[str, Any]:
         if disposition != "drop":
             return {}
-        from inbox.errors import InboxError
-        from inbox.transitions import create_job
-
         digest = member.detail.get("sha256") or group.key
         doc = self.delete_document(store=run.store, item_ref=member.item_ref, digest=digest)
         try:

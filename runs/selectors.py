@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, F, Window
 from django.db.models.functions import RowNumber
 
-from inbox.transitions import db_now
+from core.clock import db_now
 from runs.models import Group, GroupStatus, Run, RunStatus
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,13 @@
 """All writes to Run, Group and Member status, lease and disposition fields (DESIGN §3).
 
-Every change is one guarded UPDATE — the allowed from-status and, for owner writes, "the caller's
-run is effectively active" in its WHERE clause — plus its audit event, in one transaction. A
-refused write raises and changes no run, group or member row (a rejected owner write is then
-recorded as its own RUN_REJECTED_WRITE audit event, like the inbox's stale writes). Times come
-from the database clock (``inbox.transitions.db_now``); every function takes ``at=`` so tests
-can pin it.
+Every change is one guarded UPDATE (``_write``: the allowed from-status and, for owner writes,
+"the caller's run is effectively active" in its WHERE clause, exactly one row changed or the
+write is refused) plus its audit event, in one transaction. An owner's write runs inside
+``_as_owner``, which locks the run, checks that the caller holds it effectively and, if not,
+records the rejection once as a RUN_REJECTED_WRITE event (in its own transaction, like the
+inbox's stale writes) and raises ``GroupExpired``; no run, group or member row changes. Times
+come from the database clock (``core.clock.db_now``); every function takes ``at=`` so tests can
+pin it.
 
 Callers: the consolidator worker (``run_consolidator``), the ``close_run`` command, admin
 actions and console views. Readers (``effective_status``, ``current_run``) never write.
@@ -24,15 +26,18 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, Model, OuterRef, Q, QuerySet
 
 from audit.events import Event, record_event, record_events
 from audit.models import EventType
-from inbox.transitions import db_now
+from core.clock import db_now
+from core.db import locked
 from runs.consolidators import Consolidator, get_consolidator
 from runs.errors import (
     GroupExpired,
@@ -88,11 +93,14 @@ def seconds_left(run: Run, at: dt.datetime | None = None) -> float:
     return max((run.expires_at - db_now(at)).total_seconds(), 0.0)
 
 
+def _rows[M: Model](qs: QuerySet[M], *, lock: bool) -> list[M]:
+    """The runs' one load(-and-lock) helper (``core.db.locked`` when ``lock``)."""
+    return list(locked(qs) if lock else qs)
+
+
 def _active_rows(store: str, *, lock: bool = False) -> list[Run]:
     qs = Run.objects.filter(store=store, status=RunStatus.ACTIVE).order_by("run_id")
-    if lock and connection.vendor == "postgresql":
-        qs = qs.select_for_update()
-    rows = list(qs)
+    rows = _rows(qs, lock=lock)
     if len(rows) > 1:
         ids = [r.run_id for r in rows]
         log.critical("store %s has %d active runs %s: refusing to act", store, len(rows), ids)
@@ -151,13 +159,61 @@ def _lock_store(store: str) -> None:
 
 
 def _load_run(run_id: str, *, lock: bool = False) -> Run:
-    qs = Run.objects.filter(run_id=run_id)
-    if lock and connection.vendor == "postgresql":
-        qs = qs.select_for_update()
-    run = qs.first()
-    if run is None:
+    rows = _rows(Run.objects.filter(run_id=run_id), lock=lock)
+    if not rows:
         raise RunNotFound(f"run {run_id!r}")
-    return run
+    return rows[0]
+
+
+def _write(
+    qs: QuerySet,
+    values: dict[str, Any],
+    *,
+    what: str,
+    frm: str | None,
+    to: str,
+    why: str = "lost a race",
+    event: Event | Callable[[], Event] | None = None,
+    exactly_one: bool = True,
+) -> int:
+    """The one guarded UPDATE of a run, group or member row: ``qs`` carries every guard.
+
+    With ``exactly_one`` anything but one changed row is refused (``InvalidRunTransition``,
+    nothing written); otherwise 0 changed rows is a no-op (a run that is already complete).
+    ``event`` (or what it builds, read after the write) is recorded only when a row changed.
+    """
+    changed = qs.update(**values)
+    if exactly_one and changed != 1:
+        raise InvalidRunTransition(what, frm, to, why)
+    if changed and event is not None:
+        record_events([event() if callable(event) else event])
+    return changed
+
+
+@contextmanager
+def _as_owner(
+    run_id: str, *, owner: str, what: str, detail: dict[str, Any], at: dt.datetime | None
+) -> Iterator[tuple[Run, dt.datetime]]:
+    """One transaction in which ``owner`` writes to its run: yields (the locked run, now).
+
+    A caller that does not hold the run effectively gets ``GroupExpired`` and a
+    RUN_REJECTED_WRITE event with ``detail``, recorded once here for every owner write.
+    """
+    rejected: GroupExpired | None = None
+    try:
+        with transaction.atomic():
+            run = _load_run(run_id, lock=True)
+            now = db_now(at)
+            try:
+                _writable_or_reject(run, owner, now, what)
+            except GroupExpired as exc:
+                rejected = exc
+                raise
+            yield run, now
+    except GroupExpired as exc:
+        if exc is rejected:
+            _record_rejection(exc, detail=detail, at=at)
+        raise
 
 
 def _writable_or_reject(run: Run, caller: str, now: dt.datetime, what: str) -> None:
@@ -207,11 +263,13 @@ def _record_rejection(exc: GroupExpired, *, detail: dict[str, Any], at: dt.datet
 def _refresh_lease(run: Run, owner: str, now: dt.datetime) -> dt.datetime:
     """Extend the owner's lease from ``now`` — called only on progress, inside its transaction."""
     expires_at = _lease_end(now, run.lease_seconds)
-    changed = Run.objects.filter(
-        effectively_active_q(now), run_id=run.run_id, worker_id=owner
-    ).update(expires_at=expires_at, renewed_at=now)
-    if changed != 1:
-        raise InvalidRunTransition(f"run {run.run_id}", run.status, "lease refresh", "lost a race")
+    _write(
+        Run.objects.filter(effectively_active_q(now), run_id=run.run_id, worker_id=owner),
+        {"expires_at": expires_at, "renewed_at": now},
+        what=f"run {run.run_id}",
+        frm=run.status,
+        to="lease refresh",
+    )
     run.expires_at = expires_at
     run.renewed_at = now
     return expires_at
@@ -228,20 +286,23 @@ def _group_counts(run_id: str) -> dict[str, int]:
 def _close_if_finished(run_id: str, *, actor: str, now: dt.datetime) -> bool:
     """active → complete when no group is pending or served; the event only if a row changed."""
     open_groups = Group.objects.filter(run_id=OuterRef("run_id"), status__in=OPEN_GROUP_STATUSES)
-    changed = (
-        Run.objects.filter(run_id=run_id, status=RunStatus.ACTIVE)
-        .filter(~Exists(open_groups))
-        .update(
-            status=RunStatus.COMPLETE,
-            closed_at=now,
-            closed_by=actor,
-            close_reason="no group pending or served",
-        )
-    )
-    if changed:
-        record_event(
-            event_type=EventType.RUN_COMPLETE,
-            actor=actor,
+    qs = Run.objects.filter(run_id=run_id, status=RunStatus.ACTIVE).filter(~Exists(open_groups))
+    values = {
+        "status": RunStatus.COMPLETE,
+        "closed_at": now,
+        "closed_by": actor,
+        "close_reason": "no group pending or served",
+    }
+    changed = _write(
+        qs,
+        values,
+        what=f"run {run_id}",
+        frm=RunStatus.ACTIVE,
+        to=RunStatus.COMPLETE,
+        # The counts are read after the write, so the event shows the closing state.
+        event=lambda: Event(
+            EventType.RUN_COMPLETE,
+            actor,
             run_id=run_id,
             result_code="COMPLETE",
             detail={
@@ -250,7 +311,9 @@ def _close_if_finished(run_id: str, *, actor: str, now: dt.datetime) -> bool:
                 "groups": _group_counts(run_id),
             },
             at=now,
-        )
+        ),
+        exactly_one=False,
+    )
     return bool(changed)
 
 
@@ -333,16 +396,18 @@ def _store_plan(
                 RunStatus.ABANDONED: "its owner planned again",
                 RunStatus.TAKEN_OVER: f"taken over by {owner!r}",
             }[closed_as]
-            changed = Run.objects.filter(run_id=previous.run_id, status=RunStatus.ACTIVE).update(
-                status=closed_as,
-                closed_at=now,
-                closed_by=owner,
-                close_reason=f"{reason}; replaced by run {run_id}",
+            _write(
+                Run.objects.filter(run_id=previous.run_id, status=RunStatus.ACTIVE),
+                {
+                    "status": closed_as,
+                    "closed_at": now,
+                    "closed_by": owner,
+                    "close_reason": f"{reason}; replaced by run {run_id}",
+                },
+                what=f"run {previous.run_id}",
+                frm=previous.status,
+                to=closed_as,
             )
-            if changed != 1:
-                raise InvalidRunTransition(
-                    f"run {previous.run_id}", previous.status, closed_as, "lost a race"
-                )
             events.append(
                 Event(
                     CLOSE_EVENTS[closed_as],
@@ -495,6 +560,7 @@ def next_group(
 
 
 def _serve(run_id: str, *, owner: str, at: dt.datetime | None) -> Served:
+    # Not recorded when refused: ``next_group`` looks again (the run changed hands meanwhile).
     with transaction.atomic():
         run = _load_run(run_id, lock=True)
         now = db_now(at)
@@ -517,16 +583,18 @@ def _serve(run_id: str, *, owner: str, at: dt.datetime | None) -> Served:
             completed = _close_if_finished(run_id, actor=owner, now=now)
             run.refresh_from_db()
             return Served(run=run, completed=completed or run.status == RunStatus.COMPLETE)
-        changed = Group.objects.filter(
-            effectively_active_q(now, "run__"),
-            id=pending.id,
-            status=GroupStatus.PENDING,
-            run__worker_id=owner,
-        ).update(status=GroupStatus.SERVED, served_at=now)
-        if changed != 1:
-            raise InvalidRunTransition(
-                f"group {pending.id}", pending.status, GroupStatus.SERVED, "lost a race"
-            )
+        _write(
+            Group.objects.filter(
+                effectively_active_q(now, "run__"),
+                id=pending.id,
+                status=GroupStatus.PENDING,
+                run__worker_id=owner,
+            ),
+            {"status": GroupStatus.SERVED, "served_at": now},
+            what=f"group {pending.id}",
+            frm=pending.status,
+            to=GroupStatus.SERVED,
+        )
         expires_at = _refresh_lease(run, owner, now)
         members = list(pending.members.all())
         record_event(
@@ -578,81 +646,87 @@ def dispose_member(
     if disposition not in Disposition.values:
         raise ValueError(f"unknown disposition {disposition!r} ({', '.join(Disposition.values)})")
     consolidator = consolidator or get_consolidator()
-    rejected: GroupExpired | None = None
-    try:
-        with transaction.atomic():
-            member = Member.objects.select_related("group").filter(id=member_id).first()
-            if member is None:
-                raise RunNotFound(f"member {member_id}")
-            run = _load_run(member.group.run_id, lock=True)
-            now = db_now(at)
-            try:
-                _writable_or_reject(run, owner, now, f"dispose member {member_id}")
-            except GroupExpired as exc:
-                rejected = exc
-                raise
-            # Re-read under the run lock: the first read may predate a concurrent write.
-            member = Member.objects.select_related("group").get(id=member_id)
-            group = member.group
-            if member.disposition is not None:
-                if member.disposition == disposition:
-                    return Disposed(member=member, changed=False)  # a replay: no write, no lease
-                raise InvalidRunTransition(
-                    f"member {member_id}", member.disposition, disposition, "already disposed"
-                )
-            if group.status != GroupStatus.SERVED:
-                raise InvalidRunTransition(
-                    f"member {member_id}",
-                    None,
-                    disposition,
-                    f"its group {group.seq} is {group.status}; only a served group's members "
-                    "can be disposed",
-                )
-            changed = Member.objects.filter(
+    found = Member.objects.filter(id=member_id).values_list("group__run_id", flat=True).first()
+    if found is None:
+        raise RunNotFound(f"member {member_id}")
+    with _as_owner(
+        found,
+        owner=owner,
+        what=f"dispose member {member_id}",
+        detail={"member_id": member_id, "disposition": disposition},
+        at=at,
+    ) as (run, now):
+        # Read under the run lock: an earlier read may predate a concurrent write.
+        member = Member.objects.select_related("group").get(id=member_id)
+        group = member.group
+        if member.disposition is not None:
+            if member.disposition == disposition:
+                return Disposed(member=member, changed=False)  # a replay: no write, no lease
+            raise InvalidRunTransition(
+                f"member {member_id}", member.disposition, disposition, "already disposed"
+            )
+        if group.status != GroupStatus.SERVED:
+            raise InvalidRunTransition(
+                f"member {member_id}",
+                None,
+                disposition,
+                f"its group {group.seq} is {group.status}; only a served group's members "
+                "can be disposed",
+            )
+        _write(
+            Member.objects.filter(
                 effectively_active_q(now, "group__run__"),
                 id=member_id,
                 disposition__isnull=True,
                 group__status=GroupStatus.SERVED,
                 group__run__worker_id=owner,
-            ).update(disposition=disposition, disposed_at=now)
-            if changed != 1:
-                raise InvalidRunTransition(f"member {member_id}", None, disposition, "lost a race")
-            applied = consolidator.apply(
-                run=run, group=group, member=member, disposition=disposition
+            ),
+            {"disposition": disposition, "disposed_at": now},
+            what=f"member {member_id}",
+            frm=None,
+            to=disposition,
+        )
+        applied = consolidator.apply(run=run, group=group, member=member, disposition=disposition)
+        if applied:
+            member.detail = {**member.detail, "applied": applied}
+            _write(
+                Member.objects.filter(id=member_id, disposition=disposition),
+                {"detail": member.detail},
+                what=f"member {member_id}",
+                frm=disposition,
+                to=disposition,
             )
-            if applied:
-                member.detail = {**member.detail, "applied": applied}
-                Member.objects.filter(id=member_id).update(detail=member.detail)
-            undisposed = Member.objects.filter(group_id=OuterRef("id"), disposition__isnull=True)
-            group_done = bool(
-                Group.objects.filter(id=group.id, status=GroupStatus.SERVED)
-                .filter(~Exists(undisposed))
-                .update(status=GroupStatus.DONE)
+        undisposed = Member.objects.filter(group_id=OuterRef("id"), disposition__isnull=True)
+        group_done = bool(
+            _write(
+                Group.objects.filter(id=group.id, status=GroupStatus.SERVED).filter(
+                    ~Exists(undisposed)
+                ),
+                {"status": GroupStatus.DONE},
+                what=f"group {group.id}",
+                frm=GroupStatus.SERVED,
+                to=GroupStatus.DONE,
+                exactly_one=False,
             )
-            expires_at = _refresh_lease(run, owner, now)
-            record_event(
-                event_type=EventType.RUN_MEMBER_DISPOSED,
-                actor=owner,
-                run_id=run.run_id,
-                detail={
-                    "member_id": member_id,
-                    "item_ref": member.item_ref,
-                    "disposition": disposition,
-                    "group_id": group.id,
-                    "seq": group.seq,
-                    "group_done": group_done,
-                    "applied": applied or {},
-                    "expires_at": expires_at.isoformat(),
-                },
-                at=now,
-            )
-            run_closed = group_done and _close_if_finished(run.run_id, actor=owner, now=now)
-    except GroupExpired as exc:
-        if rejected is exc:
-            _record_rejection(
-                exc, detail={"member_id": member_id, "disposition": disposition}, at=at
-            )
-        raise
+        )
+        expires_at = _refresh_lease(run, owner, now)
+        record_event(
+            event_type=EventType.RUN_MEMBER_DISPOSED,
+            actor=owner,
+            run_id=run.run_id,
+            detail={
+                "member_id": member_id,
+                "item_ref": member.item_ref,
+                "disposition": disposition,
+                "group_id": group.id,
+                "seq": group.seq,
+                "group_done": group_done,
+                "applied": applied or {},
+                "expires_at": expires_at.isoformat(),
+            },
+            at=now,
+        )
+        run_closed = group_done and _close_if_finished(run.run_id, actor=owner, now=now)
     member.disposition = disposition
     member.disposed_at = now
     if group_done:
@@ -680,41 +754,36 @@ def defer_group(
     """
     if not reason:
         raise ValueError("defer_group needs a reason")
-    rejected: GroupExpired | None = None
-    try:
-        with transaction.atomic():
-            group = Group.objects.filter(id=group_id).first()
-            if group is None:
-                raise RunNotFound(f"group {group_id}")
-            run = _load_run(group.run_id, lock=True)
-            now = db_now(at)
-            try:
-                _writable_or_reject(run, owner, now, f"defer group {group_id}")
-            except GroupExpired as exc:
-                rejected = exc
-                raise
-            group = Group.objects.get(id=group_id)
-            allowed = (GroupStatus.PENDING, GroupStatus.SERVED)
-            if group.status not in allowed:
-                raise InvalidRunTransition(
-                    f"group {group_id}",
-                    group.status,
-                    GroupStatus.DEFERRED,
-                    "only pending or served",
-                )
-            changed = Group.objects.filter(
+    found = Group.objects.filter(id=group_id).values_list("run_id", flat=True).first()
+    if found is None:
+        raise RunNotFound(f"group {group_id}")
+    with _as_owner(
+        found,
+        owner=owner,
+        what=f"defer group {group_id}",
+        detail={"group_id": group_id, "reason": reason},
+        at=at,
+    ) as (run, now):
+        group = Group.objects.get(id=group_id)
+        allowed = (GroupStatus.PENDING, GroupStatus.SERVED)
+        if group.status not in allowed:
+            raise InvalidRunTransition(
+                f"group {group_id}", group.status, GroupStatus.DEFERRED, "only pending or served"
+            )
+        _write(
+            Group.objects.filter(
                 effectively_active_q(now, "run__"),
                 id=group_id,
                 status__in=allowed,
                 run__worker_id=owner,
-            ).update(status=GroupStatus.DEFERRED)
-            if changed != 1:
-                raise InvalidRunTransition(
-                    f"group {group_id}", group.status, GroupStatus.DEFERRED, "lost a race"
-                )
-            record_event(
-                event_type=EventType.RUN_GROUP_DEFERRED,
-                actor=owner,
+            ),
+            {"status": GroupStatus.DEFERRED},
+            what=f"group {group_id}",
+            frm=group.status,
+            to=GroupStatus.DEFERRED,
+            event=Event(
+                EventType.RUN_GROUP_DEFERRED,
+                owner,
                 run_id=run.run_id,
                 detail={
                     "group_id": group_id,
@@ -724,12 +793,9 @@ def defer_group(
                     "reason": reason,
                 },
                 at=now,
-            )
-            run_closed = _close_if_finished(run.run_id, actor=owner, now=now)
-    except GroupExpired as exc:
-        if rejected is exc:
-            _record_rejection(exc, detail={"group_id": group_id, "reason": reason}, at=at)
-        raise
+            ),
+        )
+        run_closed = _close_if_finished(run.run_id, actor=owner, now=now)
     group.status = GroupStatus.DEFERRED
     return Deferred(group=group, run_closed=run_closed)
 
@@ -778,27 +844,30 @@ def close_run(
             open_groups = Group.objects.filter(run_id=run_id, status__in=OPEN_GROUP_STATUSES)
             guard &= ~Q(Exists(open_groups))
             why = "groups are still pending or served"
-        changed = Run.objects.filter(guard).update(
-            status=status, closed_at=now, closed_by=actor, close_reason=reason
-        )
-        if changed != 1:
-            raise InvalidRunTransition(f"run {run_id}", run.status, status, why)
         before = RunStatus.EXPIRED if run.expires_at < now else RunStatus.ACTIVE
-        record_event(
-            event_type=CLOSE_EVENTS[status],
-            actor=actor,
-            run_id=run_id,
-            result_code=status.upper(),
-            detail={
-                "from": RunStatus.ACTIVE,
-                "to": status,
-                "reason": reason,
-                "owner": run.worker_id,
-                "effective_status_before": before,
-                "seconds_left": max((run.expires_at - now).total_seconds(), 0.0),
-                "groups": _group_counts(run_id),
-            },
-            at=now,
+        _write(
+            Run.objects.filter(guard),
+            {"status": status, "closed_at": now, "closed_by": actor, "close_reason": reason},
+            what=f"run {run_id}",
+            frm=run.status,
+            to=status,
+            why=why,
+            event=lambda: Event(
+                CLOSE_EVENTS[status],
+                actor,
+                run_id=run_id,
+                result_code=status.upper(),
+                detail={
+                    "from": RunStatus.ACTIVE,
+                    "to": status,
+                    "reason": reason,
+                    "owner": run.worker_id,
+                    "effective_status_before": before,
+                    "seconds_left": max((run.expires_at - now).total_seconds(), 0.0),
+                    "groups": _group_counts(run_id),
+                },
+                at=now,
+            ),
         )
     run.status = status
     run.closed_at = now

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 from django.db.models import Count, Min
 
 from inbox.models import Job, JobState
-from inbox.transitions import db_now
+from core.clock import db_now
 
 
 class Command(BaseCommand):
