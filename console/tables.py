@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.utils import dateformat, timezone
 from django_tables2 import Column, Table
 
-from inbox.selectors import capped_count, count_label
+from core.paging import capped_count, count_label
 
 
 class TimeColumn(Column):

@@ -16,6 +16,7 @@ from console.htmx import wants_fragment
 from console.policy import page, public
 from inbox import selectors
 from inbox.transitions import db_now
+from runs.selectors import active_runs
 
 
 @public
@@ -46,7 +47,7 @@ DASHBOARD_REGIONS: dict[str, Callable[[dt.datetime], dict[str, Any]]] = {
     "dashboard-counts": lambda now: {"counts": selectors.state_counts()},
     "dashboard-alerts": lambda now: {"alerts": selectors.dashboard_alerts(now)},
     "dashboard-throughput": lambda now: {"throughput": selectors.throughput_per_minute(now)},
-    "dashboard-runs": lambda now: {"runs": selectors.active_runs(now)},
+    "dashboard-runs": lambda now: {"runs": active_runs()},
 }
 
 

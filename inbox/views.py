@@ -26,7 +26,6 @@ from inbox.filters import JobFilter
 from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
 from inbox.models import HELD_STATES, Job, JobState
 from inbox.selectors import (
-    BULK_LIMIT_MAX,
     allowed_actions,
     attempts_from_trail,
     expiry_behaviour,
@@ -35,6 +34,8 @@ from inbox.selectors import (
 from inbox.tables import JobTable
 
 PER_PAGE = 50
+# The most rows one bulk action may touch.
+BULK_LIMIT_MAX = 500
 # Events drawn in red on the trail: refusals and rejected writes.
 REFUSAL_EVENTS = {"REJECTED", "STALE_WRITE_REJECTED", "FINGERPRINT_DRIFT", "FAILED"}
 # Payload keys hidden from users without inbox.view_payload (the object's content).

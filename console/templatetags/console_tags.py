@@ -27,7 +27,7 @@ def request_id_field() -> SafeString:
 @register.filter
 def capped(count: int, cap: int | None = None) -> str:
     """A capped count as operators read it: 12 → "12", 10,001 → "10,000+"."""
-    from inbox.selectors import count_label
+    from core.paging import count_label
 
     return count_label(int(count or 0), cap)
 

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from core import paging
 from inbox import selectors, transitions
 from inbox.models import JobState, ScopePause, Worker
 from tests.console.pagekit import hx, login
@@ -23,7 +24,7 @@ def viewer(client: Client):
 
 
 def test_state_counts_one_query_and_capped(django_assert_num_queries, monkeypatch) -> None:
-    monkeypatch.setattr(selectors, "COUNT_CAP", 2)
+    monkeypatch.setattr(paging, "COUNT_CAP", 2)
     for _ in range(4):
         make_job("noop")
     make_job("save", state=JobState.FAILED)
@@ -32,7 +33,7 @@ def test_state_counts_one_query_and_capped(django_assert_num_queries, monkeypatc
     assert counts["READY"] == 3  # capped at COUNT_CAP + 1: shown as "2+"
     assert counts["FAILED"] == 1
     assert counts["RECONCILED"] == 0
-    assert selectors.count_label(counts["READY"]) == "2+"
+    assert paging.count_label(counts["READY"]) == "2+"
 
 
 def test_dashboard_counts_link_to_filtered_list(client, viewer) -> None:

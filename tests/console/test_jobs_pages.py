@@ -10,7 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.models import EventType
-from inbox import selectors, transitions
+from core import paging
+from inbox import transitions
 from inbox.errors import LostClaim
 from inbox.models import Job, JobState
 from tests.console.pagekit import hx, login
@@ -86,7 +87,7 @@ def test_job_list_shows_what_lease_expiry_does(client, viewer) -> None:
 
 
 def test_job_list_count_is_capped(client, viewer, monkeypatch) -> None:
-    monkeypatch.setattr(selectors, "COUNT_CAP", 3)
+    monkeypatch.setattr(paging, "COUNT_CAP", 3)
     for _ in range(5):
         make_job("noop")
     make_job("save")
