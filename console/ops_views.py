@@ -204,22 +204,17 @@ def runs(request: HttpRequest) -> HttpResponse:
 
 @action(permission="runs.close_run", region="store-card", needs_reason=True)
 def close_run(request: HttpRequest, run_id: str, *, act: ActionContext):
-    from runs.errors import RunError
     from runs.models import Run, RunStatus
     from runs.transitions import close_run as close
 
     run = Run.objects.filter(run_id=run_id).first()
     if run is None:
         raise Http404(f"run {run_id!r} does not exist")
-
-    def call() -> Run:
-        try:
-            return close(run_id, status=RunStatus.ABANDONED, actor=act.actor, reason=act.reason)
-        except RunError as exc:
-            # Shown in the region like any refused action (409), nothing written.
-            raise InboxError(str(exc)) from exc
-
-    act.perform(call, done=f"Run {run_id} closed as abandoned; the store is free.")
+    # A RunError is a DomainError: shown in the region like any refused action (409).
+    act.perform(
+        lambda: close(run_id, status=RunStatus.ABANDONED, actor=act.actor, reason=act.reason),
+        done=f"Run {run_id} closed as abandoned; the store is free.",
+    )
     cards = sel.store_cards(store=run.store)
     return render(request, f"{RUNS}#store-card", {"card": cards[0], "act": act})
 

@@ -32,6 +32,11 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render, resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 
+from audit.events import record_event
+from audit.models import EventType
+from console.models import ActionRequest
+from core.errors import DomainError
+
 log = logging.getLogger(__name__)
 
 View = TypeVar("View", bound=Callable[..., HttpResponse])
@@ -133,8 +138,6 @@ class ActionContext:
 
     def perform(self, fn: Callable[[], Any], *, done: str) -> Any:
         """Run the service call once; a domain refusal becomes a 409 message, nothing written."""
-        from inbox.errors import InboxError
-
         if not self.should_act:
             return None
         try:
@@ -142,7 +145,7 @@ class ActionContext:
             # "refused") but none of its own writes.
             with transaction.atomic():
                 result = fn()
-        except InboxError as exc:
+        except DomainError as exc:
             self.refuse(str(exc))
             return None
         self.message = done
@@ -159,9 +162,6 @@ class ActionContext:
     ) -> None:
         """Record who did what and why as OPERATOR_ACTION, for services that do not record
         the reason themselves. Call it inside ``perform`` so it commits with the action."""
-        from audit.events import record_event
-        from audit.models import EventType
-
         record_event(
             event_type=EventType.OPERATOR_ACTION,
             actor=self.actor,
@@ -243,8 +243,6 @@ def _run_once(
     kwargs: dict[str, Any],
 ) -> HttpResponse:
     """Store the request id and run the view in one transaction; a repeat only re-renders."""
-    from console.models import ActionRequest
-
     with transaction.atomic():
         try:
             with transaction.atomic():
