@@ -15,6 +15,10 @@ from django import template
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from console import tables
+from core.paging import count_label
+from inbox.selectors import expiry_behaviour
+
 register = template.Library()
 
 
@@ -27,33 +31,25 @@ def request_id_field() -> SafeString:
 @register.filter
 def capped(count: int, cap: int | None = None) -> str:
     """A capped count as operators read it: 12 → "12", 10,001 → "10,000+"."""
-    from core.paging import count_label
-
     return count_label(int(count or 0), cap)
 
 
 @register.filter
 def on_expiry(job_type: str) -> str:
     """What the sweep does to a job of this type when its lease lapses."""
-    from inbox.selectors import expiry_behaviour
-
     return expiry_behaviour(job_type)
 
 
 @register.filter
 def subject_url(event: object) -> str:
     """The console page of an audit event's subject (job or run)."""
-    from audit.tables import subject_url as url_of
-
-    return url_of(event)
+    return tables.subject_url(event)
 
 
 @register.filter
 def detail_text(detail: object) -> str:
     """An audit event's detail as one compact line of JSON (autoescaped by the template)."""
-    from audit.tables import detail_text as text_of
-
-    return text_of(detail)
+    return tables.detail_text(detail)
 
 
 @register.simple_tag
