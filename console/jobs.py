@@ -7,6 +7,7 @@ Views parse input, call one selector or service, and render; they never assign j
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,12 +17,12 @@ from django_htmx.http import trigger_client_event
 from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
+from console.bulk import BulkOutcome, act_on_each
 from console.filters import JobFilter
 from console.htmx import region_template
 from console.policy import ActionContext, action, page
 from console.tables import JobTable, label_page
 from core.clock import db_now
-from core.errors import DomainError
 from inbox import reconcile, transitions, vault
 from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
 from inbox.models import HELD_STATES, Job, JobState
@@ -289,77 +290,59 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
 def bulk_retry(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
     """Retry every eligible FAILED row of the selection (or filter), up to the limit."""
     selection = _bulk_select(request.POST, eligible_state=JobState.FAILED)
-    outcome: dict[str, list[str]] = {"done": [], "refused": []}
-
-    retry_all = _each_eligible(
+    outcome = _run_bulk(
+        act,
         selection,
-        outcome,
         lambda job_id: transitions.retry_job(job_id, actor=act.actor, reason=act.reason),
+        verb="Retried",
+        noun="FAILED",
     )
-    _apply_bulk(act, selection, retry_all, outcome, verb="Retried", noun="FAILED")
     return _bulk_result(request, act, outcome)
-
-
-def _each_eligible(selection: BulkSelection, outcome: dict[str, list[str]], call: Any) -> Any:
-    """A bulk run: ``call`` each eligible job; a refusal (a lost race) is reported, not fatal."""
-
-    def run() -> dict[str, list[str]]:
-        for job in selection.eligible:
-            try:
-                call(job.job_id)
-            except DomainError as exc:
-                outcome["refused"].append(f"{job.job_id}: {exc}")
-            else:
-                outcome["done"].append(job.job_id)
-        return outcome
-
-    return run
-
-
-def _apply_bulk(
-    act: ActionContext,
-    selection: BulkSelection,
-    run: Any,
-    outcome: dict[str, list[str]],
-    *,
-    verb: str,
-    noun: str,
-) -> None:
-    if not act.should_act:
-        return
-    if not selection.eligible:
-        act.refuse(f"Nothing to do: no {noun} job in the selection.")
-        return
-    act.perform(run, done="")
-    if act.status == 200:
-        refused = f"; {len(outcome['refused'])} refused" if outcome["refused"] else ""
-        act.message = act.outcome = f"{verb} {len(outcome['done'])} job(s){refused}."
-
-
-def _bulk_result(
-    request: HttpRequest, act: ActionContext, outcome: dict[str, list[str]]
-) -> HttpResponse:
-    template = region_template(request, BULK, ("bulk-result",), default="bulk-result")
-    context: dict[str, Any] = {"act": act, "outcome": outcome}
-    if template == BULK:
-        context.update(_bulk_context(request, request.POST))
-    response = render(request, template, context)
-    if act.should_act and outcome["done"]:
-        trigger_client_event(response, "jobs-changed")
-    return response
 
 
 @action(permission="inbox.reconcile_job", region="bulk-result", needs_reason=True)
 def bulk_reconcile(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
     """Reconcile (CONFIRMED_DELETED) the selected unknowns whose object is absent."""
     selection = _reconcile_preview(request.POST)
-    outcome: dict[str, list[str]] = {"done": [], "refused": []}
-
     # confirm_deleted re-probes and refuses if the object reappeared since the preview.
-    reconcile_all = _each_eligible(
+    outcome = _run_bulk(
+        act,
         selection,
-        outcome,
         lambda job_id: reconcile.confirm_deleted(job_id, actor=act.actor, reason=act.reason),
+        verb="Reconciled",
+        noun="unambiguous",
     )
-    _apply_bulk(act, selection, reconcile_all, outcome, verb="Reconciled", noun="unambiguous")
     return _bulk_result(request, act, outcome)
+
+
+def _run_bulk(
+    act: ActionContext,
+    selection: BulkSelection,
+    act_on: Callable[[str], object],
+    *,
+    verb: str,
+    noun: str,
+) -> BulkOutcome:
+    """``act_on`` each eligible job in one action (a replay or a bad form acts on none)."""
+    if not act.should_act:
+        return BulkOutcome()
+    if not selection.eligible:
+        act.refuse(f"Nothing to do: no {noun} job in the selection.")
+        return BulkOutcome()
+    ids = [job.job_id for job in selection.eligible]
+    outcome = act.perform(lambda: act_on_each(ids, act_on), done="") or BulkOutcome()
+    if act.status == 200:
+        refused = f"; {len(outcome.refused)} refused" if outcome.refused else ""
+        act.message = act.outcome = f"{verb} {len(outcome.done)} job(s){refused}."
+    return outcome
+
+
+def _bulk_result(request: HttpRequest, act: ActionContext, outcome: BulkOutcome) -> HttpResponse:
+    template = region_template(request, BULK, ("bulk-result",), default="bulk-result")
+    context: dict[str, Any] = {"act": act, "outcome": outcome}
+    if template == BULK:
+        context.update(_bulk_context(request, request.POST))
+    response = render(request, template, context)
+    if act.should_act and outcome.done:
+        trigger_client_event(response, "jobs-changed")
+    return response

@@ -19,10 +19,10 @@ from django.shortcuts import render
 from django_htmx.http import trigger_client_event
 
 from audit.models import AuditEvent
+from console.bulk import act_on_each
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
 from core.clock import db_now
-from core.errors import DomainError
 from inbox import reconcile as svc
 from inbox import vault
 from inbox.errors import InboxError
@@ -265,7 +265,7 @@ def reconcile_annotate(request: HttpRequest, job_id: str, *, act: ActionContext)
 
 
 @dataclass
-class BulkOutcome:
+class AutoOutcome:
     confirmed: list[str] = field(default_factory=list)
     annotated: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -280,27 +280,26 @@ class BulkOutcome:
         return text + "."
 
 
-def _reconcile_unambiguous(*, actor: str, reason: str) -> BulkOutcome:
+def _reconcile_unambiguous(*, actor: str, reason: str) -> AutoOutcome:
     """The auto-reconciler's rule on the cases the page shows, as this operator, with a reason.
 
     Each case goes through the same service as its single-case button, which probes afresh:
     a case whose evidence changed since the preview is refused, never decided on stale data.
     """
-    outcome = BulkOutcome()
     plan = reconcile_queue().plan
-    for job in plan.confirm:
-        try:
-            svc.confirm_deleted(job.job_id, actor=actor, reason=reason)
-            outcome.confirmed.append(job.job_id)
-        except DomainError:
-            outcome.refused.append(job.job_id)
-    for job, _code in plan.diagnose:
-        try:
-            svc.annotate(job.job_id, actor=actor, reason=reason)
-            outcome.annotated.append(job.job_id)
-        except DomainError:
-            outcome.refused.append(job.job_id)
-    return outcome
+    confirmed = act_on_each(
+        [job.job_id for job in plan.confirm],
+        lambda job_id: svc.confirm_deleted(job_id, actor=actor, reason=reason),
+    )
+    annotated = act_on_each(
+        [job.job_id for job, _code in plan.diagnose],
+        lambda job_id: svc.annotate(job_id, actor=actor, reason=reason),
+    )
+    return AutoOutcome(
+        confirmed=confirmed.done,
+        annotated=annotated.done,
+        refused=confirmed.refused + annotated.refused,
+    )
 
 
 @action(permission="inbox.reconcile_job", region="reconcile-queue", needs_reason=True)
