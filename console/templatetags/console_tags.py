@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Sequence
 
 from django import template
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -50,6 +51,21 @@ def subject_url(event: object) -> str:
 def detail_text(detail: object) -> str:
     """An audit event's detail as one compact line of JSON (autoescaped by the template)."""
     return tables.detail_text(detail)
+
+
+@register.simple_tag(takes_context=True)
+def nav_link(context: template.Context, url_name: str, label: str, *, exact: bool = False) -> str:
+    """A main-menu link, marked as the current page anywhere in its area (at or below its URL).
+
+    ``exact``: only the URL itself (the dashboard's is "/", a prefix of every page).
+    """
+    url = reverse(url_name)
+    request = context.get("request")
+    path = request.path if request is not None else ""
+    current = path == url if exact else path.startswith(url)
+    if current:
+        return format_html('<a href="{}" aria-current="page">{}</a>', url, label)
+    return format_html('<a href="{}">{}</a>', url, label)
 
 
 @register.simple_tag
