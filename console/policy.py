@@ -32,8 +32,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render, resolve_url
 from django_htmx.http import HttpResponseClientRedirect
 
-from audit.events import record_event
-from audit.models import EventType
 from console.models import ActionRequest
 from core.errors import DomainError
 
@@ -152,28 +150,6 @@ class ActionContext:
         self.outcome = done
         self.results.append(result)
         return result
-
-    def record(
-        self,
-        *,
-        job_id: str | None = None,
-        run_id: str | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> None:
-        """Record who did what and why as OPERATOR_ACTION, for services that do not record
-        the reason themselves. Call it inside ``perform`` so it commits with the action."""
-        record_event(
-            event_type=EventType.OPERATOR_ACTION,
-            actor=self.actor,
-            job_id=job_id,
-            run_id=run_id,
-            detail={
-                "action": self.name,
-                "reason": self.reason,
-                "request_id": self.request_id,
-                **(detail or {}),
-            },
-        )
 
     def refuse(self, why: str, *, status: int = 409) -> None:
         self.message = why

@@ -93,11 +93,21 @@ def runs(request: HttpRequest) -> HttpResponse:
     return render(request, template, {"cards": cards, "store": store})
 
 
+def _store_of(run_id: str) -> str:
+    store = Run.objects.filter(run_id=run_id).values_list("store", flat=True).first()
+    if store is None:
+        raise Http404(f"run {run_id!r} does not exist")
+    return store
+
+
+def _card_response(request: HttpRequest, store: str, act: ActionContext) -> HttpResponse:
+    cards = store_cards(store=store)
+    return render(request, f"{RUNS}#store-card", {"card": cards[0], "act": act})
+
+
 @action(permission="runs.close_run", region="store-card", needs_reason=True)
 def close_run(request: HttpRequest, run_id: str, *, act: ActionContext):
-    run = Run.objects.filter(run_id=run_id).first()
-    if run is None:
-        raise Http404(f"run {run_id!r} does not exist")
+    store = _store_of(run_id)
     # A refusal (RunError) is a DomainError: shown in the card like any refused action (409).
     act.perform(
         lambda: transitions.close_run(
@@ -105,5 +115,4 @@ def close_run(request: HttpRequest, run_id: str, *, act: ActionContext):
         ),
         done=f"Run {run_id} closed as abandoned; the store is free.",
     )
-    cards = store_cards(store=run.store)
-    return render(request, f"{RUNS}#store-card", {"card": cards[0], "act": act})
+    return _card_response(request, store, act)

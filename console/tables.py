@@ -14,12 +14,10 @@ import django_tables2 as tables
 from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils import dateformat, timezone
-from django.utils.html import format_html
 
 from audit.models import AuditEvent
 from core.paging import capped_count, count_label
 from inbox.models import Job
-from inbox.selectors import expiry_behaviour
 
 # Columns a 390 px phone drops (the detail pages have them all).
 NARROW_HIDDEN = {"th": {"class": "hide-narrow"}, "td": {"class": "hide-narrow"}}
@@ -113,18 +111,6 @@ class JobTable(tables.Table):
         attrs = {"class": "jobs"}
         empty_text = "No job matches these filters."
 
-    def render_job_id(self, value: str) -> str:
-        url = reverse("console:job_detail", args=[value])
-        return format_html('<a class="mono" href="{}" hx-boost="false">{}</a>', url, value)
-
-    def render_state(self, record: Job) -> str:
-        return format_html('<span class="state state-{}">{}</span>', record.state, record.state)
-
-    def render_on_expiry(self, value: str) -> str:
-        text = expiry_behaviour(value)
-        css = "muted" if text == "retried" else "warn"
-        return format_html('<span class="{}">{}</span>', css, text)
-
 
 # --- audit log --------------------------------------------------------------------------------
 
@@ -170,16 +156,3 @@ class AuditEventTable(tables.Table):
         template_name = "console/audit-table.html"
         attrs = {"class": "audit"}
         empty_text = "No event matches these filters."
-
-    def render_event_type(self, record: AuditEvent) -> str:
-        return format_html("<strong>{}</strong>", record.event_type)
-
-    def render_subject(self, record: AuditEvent) -> str:
-        url = subject_url(record)
-        if not url:
-            return "—"
-        kind, ident = ("job", record.job_id) if record.job_id else ("run", record.run_id)
-        return format_html('{} <a class="mono" href="{}" hx-boost="false">{}</a>', kind, url, ident)
-
-    def render_detail(self, record: AuditEvent) -> str:
-        return format_html('<span class="mono">{}</span>', detail_text(record.detail))
