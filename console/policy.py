@@ -30,6 +30,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render, resolve_url
+from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
 from console.models import ActionRequest
@@ -64,7 +65,7 @@ def _login_response(request: HttpRequest) -> HttpResponse:
     login_url = resolve_url(settings.LOGIN_URL)
     if getattr(request, "htmx", False):
         # Come back to the page the user was on, not to the fragment URL.
-        current = request.htmx.current_url_abs_path or "/"
+        current = request.htmx.current_url_abs_path or reverse("console:home")
         response = redirect_to_login(current, login_url)
         return HttpResponseClientRedirect(response["Location"])
     return redirect_to_login(request.get_full_path(), login_url)
