@@ -1,4 +1,4 @@
-"""URL routes; each app owns its own urls module."""
+"""URL routes: the Django admin, and every operator page in the ``console`` namespace."""
 
 from django.contrib import admin
 from django.urls import include, path

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class ConsoleConfig(AppConfig):
-    """Cross-app pages (dashboard, health checks), roles and the demo seed."""
+    """Every operator page, the access policy and request-id dedupe, roles and the demo."""
 
     name = "console"
     verbose_name = "Operator console"

@@ -1,12 +1,41 @@
-"""When a request wants only a region instead of the whole page."""
+"""What the console's pages need to speak HTMX: which template a request gets, stable DOM ids.
+
+Every page view picks its template with ``region_template``: the whole page for a normal
+request, only the region an HTMX request targets (``"page.html#region"``) otherwise.
+"""
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping
 
 from django.http import HttpRequest
 
 
-def wants_fragment(request: HttpRequest) -> bool:
-    """An htmx request, except a history restore (back button after a cache miss), which
-    must get the whole page because htmx swaps it into <body>."""
+def region_template(
+    request: HttpRequest,
+    template: str,
+    regions: Collection[str],
+    *,
+    default: str | None,
+    targets: Mapping[str, str] | None = None,
+) -> str:
+    """``template`` for a full page; ``template#<region>`` for an HTMX request.
+
+    ``regions`` are the partials an HTMX request may ask for by targeting (``HX-Target``) the
+    element whose id is the partial's name; ``targets`` maps other element ids (made with
+    ``dom_id``) to their partial. Any other target gets ``default``, or the full page when
+    ``default`` is None. A history restore (back button after an htmx cache miss) always gets
+    the full page: htmx swaps it into ``<body>``.
+    """
     htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.history_restore_request
+    if not htmx or htmx.history_restore_request:
+        return template
+    target = htmx.target or ""
+    region = target if target in regions else (targets or {}).get(target, default)
+    return f"{template}#{region}" if region else template
+
+
+def dom_id(prefix: str, key: str) -> str:
+    """A stable, HTML-safe element id for any job id, scope or store name."""
+    return f"{prefix}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]}"

@@ -30,7 +30,11 @@ from django.contrib.auth.views import redirect_to_login
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import render, resolve_url
+from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
+
+from console.models import ActionRequest
+from core.errors import DomainError
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +65,7 @@ def _login_response(request: HttpRequest) -> HttpResponse:
     login_url = resolve_url(settings.LOGIN_URL)
     if getattr(request, "htmx", False):
         # Come back to the page the user was on, not to the fragment URL.
-        current = request.htmx.current_url_abs_path or "/"
+        current = request.htmx.current_url_abs_path or reverse("console:home")
         response = redirect_to_login(current, login_url)
         return HttpResponseClientRedirect(response["Location"])
     return redirect_to_login(request.get_full_path(), login_url)
@@ -133,8 +137,6 @@ class ActionContext:
 
     def perform(self, fn: Callable[[], Any], *, done: str) -> Any:
         """Run the service call once; a domain refusal becomes a 409 message, nothing written."""
-        from inbox.errors import InboxError
-
         if not self.should_act:
             return None
         try:
@@ -142,38 +144,13 @@ class ActionContext:
             # "refused") but none of its own writes.
             with transaction.atomic():
                 result = fn()
-        except InboxError as exc:
+        except DomainError as exc:
             self.refuse(str(exc))
             return None
         self.message = done
         self.outcome = done
         self.results.append(result)
         return result
-
-    def record(
-        self,
-        *,
-        job_id: str | None = None,
-        run_id: str | None = None,
-        detail: dict[str, Any] | None = None,
-    ) -> None:
-        """Record who did what and why as OPERATOR_ACTION, for services that do not record
-        the reason themselves. Call it inside ``perform`` so it commits with the action."""
-        from audit.events import record_event
-        from audit.models import EventType
-
-        record_event(
-            event_type=EventType.OPERATOR_ACTION,
-            actor=self.actor,
-            job_id=job_id,
-            run_id=run_id,
-            detail={
-                "action": self.name,
-                "reason": self.reason,
-                "request_id": self.request_id,
-                **(detail or {}),
-            },
-        )
 
     def refuse(self, why: str, *, status: int = 409) -> None:
         self.message = why
@@ -243,8 +220,6 @@ def _run_once(
     kwargs: dict[str, Any],
 ) -> HttpResponse:
     """Store the request id and run the view in one transaction; a repeat only re-renders."""
-    from console.models import ActionRequest
-
     with transaction.atomic():
         try:
             with transaction.atomic():

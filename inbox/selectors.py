@@ -15,27 +15,13 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 
 from audit.models import AuditEvent, EventType
+from core import paging
 from inbox.jobtypes import registry
-from inbox.models import Job, JobState, ScopePause, Worker, WorkerStatus
+from inbox.models import Job, JobState, Worker, WorkerStatus
+from inbox.scopes import paused_scopes
 
-# Above this many matching rows a list says "10,000+" instead of counting on.
-COUNT_CAP = 10_000
 # Alert tiles stop counting here ("1,000+" is alarm enough and keeps each tile ~ms at 1M rows).
 ALERT_CAP = 1_000
-# The most rows one bulk action may touch.
-BULK_LIMIT_MAX = 500
-
-
-def capped_count(qs: QuerySet, cap: int | None = None) -> int:
-    """Count at most ``cap + 1`` rows: one bounded query, never a full-table COUNT(*)."""
-    cap = COUNT_CAP if cap is None else cap
-    return qs.order_by()[: cap + 1].count()
-
-
-def count_label(count: int, cap: int | None = None) -> str:
-    """``12`` → "12"; anything past the cap → "10,000+"."""
-    cap = COUNT_CAP if cap is None else cap
-    return f"{cap:,}+" if count > cap else f"{count:,}"
 
 
 def expiry_behaviour(job_type: str) -> str:
@@ -146,7 +132,8 @@ def state_counts(cap: int | None = None) -> list[tuple[str, int]]:
     subquery per state stops after ``cap + 1`` entries of the (state, created_at) index, so
     the cost is bounded however large the table grows. Counts above the cap read "10,000+".
     """
-    cap = COUNT_CAP if cap is None else cap
+    # Read at call time (not imported by value) so one setting of core.paging.COUNT_CAP rules.
+    cap = paging.COUNT_CAP if cap is None else cap
     table = connection.ops.quote_name(Job._meta.db_table)
     column = connection.ops.quote_name("state")
     parts = [
@@ -173,11 +160,11 @@ class Alerts:
 
 def dashboard_alerts(now: dt.datetime) -> Alerts:
     """The alert tiles: each one a capped, indexed count."""
-    unknown = capped_count(Job.objects.filter(state=JobState.OUTCOME_UNKNOWN), ALERT_CAP)
-    lapsed = capped_count(Job.objects.lapsed(now), ALERT_CAP)
-    pending = capped_count(Job.objects.awaiting_approval(), ALERT_CAP)
+    unknown = paging.capped_count(Job.objects.filter(state=JobState.OUTCOME_UNKNOWN), ALERT_CAP)
+    lapsed = paging.capped_count(Job.objects.lapsed(now), ALERT_CAP)
+    pending = paging.capped_count(Job.objects.awaiting_approval(), ALERT_CAP)
     dead = sum(1 for worker in _workers_alive(now) if not worker[1])
-    paused = _paused_scopes()
+    paused = [pause.scope for pause in paused_scopes()]
     return Alerts(
         unknown=unknown,
         lapsed=lapsed,
@@ -195,16 +182,6 @@ def _workers_alive(now: dt.datetime) -> list[tuple[str, bool]]:
     rows = Worker.objects.exclude(status=WorkerStatus.STOPPED).order_by("worker_id")[:1000]
     # Same rule as inbox.workers.is_alive: seen within 3 × poll + lease (database time).
     return [(w.worker_id, w.last_seen_at + w.dead_after() >= now) for w in rows]
-
-
-def _paused_scopes() -> list[str]:
-    try:
-        from inbox.scopes import paused_scopes
-    except ImportError:
-        return list(
-            ScopePause.objects.filter(paused=True).order_by("scope").values_list("scope", flat=True)
-        )
-    return [getattr(s, "scope", s) for s in paused_scopes()]
 
 
 # Finished = reached SUCCEEDED or FAILED (DESIGN §4 "throughput").
@@ -276,23 +253,12 @@ def throughput_per_minute(
     return Throughput(list(zip(labels, buckets, strict=True)), partial)
 
 
-def active_runs(now: dt.datetime, limit: int = 20) -> list:
-    """Runs whose status is active, lapsed ones included (their lease bar shows it)."""
-    from runs.models import Run, RunStatus
-
-    return list(Run.objects.filter(status=RunStatus.ACTIVE).order_by("store")[:limit])
-
-
 __all__ = [
-    "BULK_LIMIT_MAX",
-    "COUNT_CAP",
+    "ALERT_CAP",
     "Alerts",
     "Attempt",
-    "active_runs",
     "allowed_actions",
     "attempts_from_trail",
-    "capped_count",
-    "count_label",
     "dashboard_alerts",
     "expiry_behaviour",
     "job_trail",

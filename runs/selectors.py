@@ -139,3 +139,8 @@ def list_runs(
     if store:
         qs = qs.filter(store=store)
     return [run_view(run, now) for run in qs[:limit]]
+
+
+def active_runs(*, limit: int = 20) -> list[Run]:
+    """Runs whose status is active, lapsed ones included (their lease bar shows it)."""
+    return list(Run.objects.filter(status=RunStatus.ACTIVE).order_by("store")[:limit])

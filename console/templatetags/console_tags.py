@@ -12,8 +12,13 @@ import uuid
 from collections.abc import Sequence
 
 from django import template
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+
+from console import tables
+from core.paging import count_label
+from inbox.selectors import expiry_behaviour
 
 register = template.Library()
 
@@ -27,33 +32,40 @@ def request_id_field() -> SafeString:
 @register.filter
 def capped(count: int, cap: int | None = None) -> str:
     """A capped count as operators read it: 12 → "12", 10,001 → "10,000+"."""
-    from inbox.selectors import count_label
-
     return count_label(int(count or 0), cap)
 
 
 @register.filter
 def on_expiry(job_type: str) -> str:
     """What the sweep does to a job of this type when its lease lapses."""
-    from inbox.selectors import expiry_behaviour
-
     return expiry_behaviour(job_type)
 
 
 @register.filter
 def subject_url(event: object) -> str:
     """The console page of an audit event's subject (job or run)."""
-    from audit.tables import subject_url as url_of
-
-    return url_of(event)
+    return tables.subject_url(event)
 
 
 @register.filter
 def detail_text(detail: object) -> str:
     """An audit event's detail as one compact line of JSON (autoescaped by the template)."""
-    from audit.tables import detail_text as text_of
+    return tables.detail_text(detail)
 
-    return text_of(detail)
+
+@register.simple_tag(takes_context=True)
+def nav_link(context: template.Context, url_name: str, label: str, *, exact: bool = False) -> str:
+    """A main-menu link, marked as the current page anywhere in its area (at or below its URL).
+
+    ``exact``: only the URL itself (the dashboard's is "/", a prefix of every page).
+    """
+    url = reverse(url_name)
+    request = context.get("request")
+    path = request.path if request is not None else ""
+    current = path == url if exact else path.startswith(url)
+    if current:
+        return format_html('<a href="{}" aria-current="page">{}</a>', url, label)
+    return format_html('<a href="{}">{}</a>', url, label)
 
 
 @register.simple_tag

@@ -68,7 +68,8 @@
     }
     if (pendingG) {
       pendingG = false;
-      var to = { d: "/", j: "/jobs/", a: "/audit/" }[event.key];
+      // base.html puts each target on <body> as data-go-<key> (URLs come from {% url %}).
+      var to = /^[a-z]$/.test(event.key) && document.body.getAttribute("data-go-" + event.key);
       if (to) window.location.assign(to);
       return;
     }

@@ -27,7 +27,7 @@ def _retried(job_id: str) -> list[AuditEvent]:
 
 def test_retry_failed_job_becomes_ready_with_actor_and_reason(client, operator) -> None:
     job = make_job("save", state=JobState.FAILED)
-    url = reverse("inbox:job_retry", args=[job.job_id])
+    url = reverse("console:job_retry", args=[job.job_id])
     response = client.post(url, action_form("disk was full"), headers=hx("job-actions"))
     assert response.status_code == 200
     assert Job.objects.get(job_id=job.job_id).state == JobState.READY
@@ -42,7 +42,7 @@ def test_retry_failed_job_becomes_ready_with_actor_and_reason(client, operator) 
 
 def test_retry_same_request_id_twice_acts_once(client, operator) -> None:
     job = make_job("save", state=JobState.FAILED)
-    url = reverse("inbox:job_retry", args=[job.job_id])
+    url = reverse("console:job_retry", args=[job.job_id])
     form = action_form("double click")
     first = client.post(url, form, headers=hx("job-actions"))
     second = client.post(url, form, headers=hx("job-actions"))
@@ -56,8 +56,8 @@ def test_retry_same_request_id_twice_acts_once(client, operator) -> None:
 def test_retry_request_id_of_other_action_is_refused(client, operator) -> None:
     job = make_job("save", state=JobState.FAILED)
     form = action_form(job_ids=[job.job_id], mode="selected")
-    client.post(reverse("inbox:bulk_reconcile"), form)  # nothing to reconcile: refused, stored
-    response = client.post(reverse("inbox:job_retry", args=[job.job_id]), form)
+    client.post(reverse("console:bulk_reconcile"), form)  # nothing to reconcile: refused, stored
+    response = client.post(reverse("console:job_retry", args=[job.job_id]), form)
     assert response.status_code == 409
     assert _retried(job.job_id) == []
 
@@ -65,7 +65,7 @@ def test_retry_request_id_of_other_action_is_refused(client, operator) -> None:
 def test_retry_without_reason_is_400_and_writes_nothing(client, operator) -> None:
     job = make_job("save", state=JobState.FAILED)
     events = AuditEvent.objects.count()
-    url = reverse("inbox:job_retry", args=[job.job_id])
+    url = reverse("console:job_retry", args=[job.job_id])
     response = client.post(url, action_form("   "), headers=hx("job-actions"))
     assert response.status_code == 400
     body = response.content.decode()
@@ -79,7 +79,7 @@ def test_retry_without_reason_is_400_and_writes_nothing(client, operator) -> Non
 
 def test_retry_without_request_id_is_400_and_writes_nothing(client, operator) -> None:
     job = make_job("save", state=JobState.FAILED)
-    url = reverse("inbox:job_retry", args=[job.job_id])
+    url = reverse("console:job_retry", args=[job.job_id])
     response = client.post(url, {"reason": "no id"})
     assert response.status_code == 400
     assert Job.objects.get(job_id=job.job_id).state == JobState.FAILED
@@ -88,7 +88,7 @@ def test_retry_without_request_id_is_400_and_writes_nothing(client, operator) ->
 
 def test_retry_ready_job_is_refused_with_409_and_state_unchanged(client, operator) -> None:
     job = make_job("save", state=JobState.READY)
-    url = reverse("inbox:job_retry", args=[job.job_id])
+    url = reverse("console:job_retry", args=[job.job_id])
     response = client.post(url, action_form(), headers=hx("job-actions"))
     assert response.status_code == 409
     assert "READY" in response.content.decode()
@@ -111,7 +111,7 @@ def test_retry_crash_inside_action_rolls_back_request_id_and_writes(
     monkeypatch.setattr(transitions, "retry_job", retry_then_crash)
     client.raise_request_exception = True
     with pytest.raises(RuntimeError):
-        client.post(reverse("inbox:job_retry", args=[job.job_id]), action_form())
+        client.post(reverse("console:job_retry", args=[job.job_id]), action_form())
     assert ActionRequest.objects.count() == 0
     assert Job.objects.get(job_id=job.job_id).state == JobState.FAILED
     assert _retried(job.job_id) == []
@@ -123,15 +123,15 @@ def test_job_detail_shows_retry_form_only_when_state_and_permission_allow(client
     login(client, "ops", "operator")
     assert (
         'name="reason"'
-        in client.get(reverse("inbox:job_detail", args=[failed.job_id])).content.decode()
+        in client.get(reverse("console:job_detail", args=[failed.job_id])).content.decode()
     )
     assert (
         'name="reason"'
-        not in client.get(reverse("inbox:job_detail", args=[done.job_id])).content.decode()
+        not in client.get(reverse("console:job_detail", args=[done.job_id])).content.decode()
     )
     client.logout()
     login(client, "look", "viewer")
-    body = client.get(reverse("inbox:job_detail", args=[failed.job_id])).content.decode()
+    body = client.get(reverse("console:job_detail", args=[failed.job_id])).content.decode()
     assert 'name="reason"' not in body
     assert "inbox.retry_job" in body
 
@@ -144,7 +144,7 @@ def test_bulk_retry_selected_retries_only_failed_rows(client, operator) -> None:
     b = make_job("save", state=JobState.FAILED)
     ready = make_job("save", state=JobState.READY)
     form = action_form(mode="selected", job_ids=[a.job_id, b.job_id, ready.job_id])
-    response = client.post(reverse("inbox:bulk_retry"), form, headers=hx("bulk-result"))
+    response = client.post(reverse("console:bulk_retry"), form, headers=hx("bulk-result"))
     assert response.status_code == 200
     assert "Retried 2 job(s)" in response.content.decode()
     states = dict(Job.objects.values_list("job_id", "state"))
@@ -158,7 +158,7 @@ def test_bulk_retry_matching_filter_respects_filter_and_limit(client, operator) 
     inside = [make_job("save", state=JobState.FAILED, mission_id="m-a") for _ in range(3)]
     outside = make_job("save", state=JobState.FAILED, mission_id="m-b")
     form = action_form(mode="matching", mission="m-a", limit="2")
-    response = client.post(reverse("inbox:bulk_retry"), form)
+    response = client.post(reverse("console:bulk_retry"), form)
     assert response.status_code == 200
     retried = set(
         AuditEvent.objects.filter(event_type=EventType.RETRIED).values_list("job_id", flat=True)
@@ -171,7 +171,7 @@ def test_bulk_retry_matching_filter_respects_filter_and_limit(client, operator) 
 def test_bulk_retry_nothing_eligible_is_409(client, operator) -> None:
     ready = make_job("save", state=JobState.READY)
     form = action_form(mode="selected", job_ids=[ready.job_id])
-    response = client.post(reverse("inbox:bulk_retry"), form, headers=hx("bulk-result"))
+    response = client.post(reverse("console:bulk_retry"), form, headers=hx("bulk-result"))
     assert response.status_code == 409
     assert "Nothing to do" in response.content.decode()
 
@@ -179,8 +179,8 @@ def test_bulk_retry_nothing_eligible_is_409(client, operator) -> None:
 def test_bulk_retry_same_request_id_twice_acts_once(client, operator) -> None:
     job = make_job("save", state=JobState.FAILED)
     form = action_form(mode="selected", job_ids=[job.job_id])
-    client.post(reverse("inbox:bulk_retry"), form)
-    second = client.post(reverse("inbox:bulk_retry"), form, headers=hx("bulk-result"))
+    client.post(reverse("console:bulk_retry"), form)
+    second = client.post(reverse("console:bulk_retry"), form, headers=hx("bulk-result"))
     assert "Already done" in second.content.decode()
     assert len(_retried(job.job_id)) == 1
 
@@ -189,7 +189,7 @@ def test_bulk_preview_lists_eligible_and_skipped_rows(client, operator) -> None:
     failed = make_job("save", state=JobState.FAILED)
     ready = make_job("save", state=JobState.READY)
     params = {"mode": "selected", "job_ids": [failed.job_id, ready.job_id]}
-    response = client.get(reverse("inbox:bulk_preview"), params, headers=hx("bulk-preview"))
+    response = client.get(reverse("console:bulk_preview"), params, headers=hx("bulk-preview"))
     body = response.content.decode()
     assert body.lstrip().startswith('<div id="bulk-preview"')
     assert failed.job_id in body
@@ -209,7 +209,7 @@ def test_bulk_reconcile_confirms_absent_objects_and_skips_present(
         kept.vault_path, content=content, provenance_hash=vault.sha256_bytes(content.encode())
     )
     form = action_form("vault checked", mode="selected", job_ids=[gone.job_id, kept.job_id])
-    response = client.post(reverse("inbox:bulk_reconcile"), form, headers=hx("bulk-result"))
+    response = client.post(reverse("console:bulk_reconcile"), form, headers=hx("bulk-result"))
     assert response.status_code == 200, response.content
     assert "Reconciled 1 job(s)" in response.content.decode()
     gone = Job.objects.get(job_id=gone.job_id)
@@ -231,7 +231,7 @@ def test_retry_concurrent_double_submit_acts_once() -> None:
 
     job = make_job("save", state=JobState.FAILED)
     user = make_user("ops", "operator")
-    url = reverse("inbox:job_retry", args=[job.job_id])
+    url = reverse("console:job_retry", args=[job.job_id])
     form = action_form("double click")
     barrier = threading.Barrier(2)
     bodies: list[str] = []

@@ -26,7 +26,7 @@ def viewer(client: Client):
 
 
 def _page(client: Client, **params) -> str:
-    response = client.get(reverse("audit:event_list"), params, headers=hx("audit-table"))
+    response = client.get(reverse("console:event_list"), params, headers=hx("audit-table"))
     assert response.status_code == 200
     return response.content.decode()
 
@@ -59,7 +59,7 @@ def test_audit_filters_by_time_range(client, viewer) -> None:
 def test_audit_links_to_subject(client, viewer) -> None:
     job = make_job("noop")
     html = _page(client, job=job.job_id)
-    assert f'href="{reverse("inbox:job_detail", args=[job.job_id])}"' in html
+    assert f'href="{reverse("console:job_detail", args=[job.job_id])}"' in html
 
 
 def test_audit_newest_first(client, viewer) -> None:
@@ -72,14 +72,14 @@ def test_audit_page_bounded_queries(client, viewer, django_assert_max_num_querie
     for _ in range(30):
         make_job("noop")  # 60 events: more than one page
     with django_assert_max_num_queries(8):
-        response = client.get(reverse("audit:event_list"))
+        response = client.get(reverse("console:event_list"))
     assert "Next →" in response.content.decode()
 
 
 def test_audit_export_streams_only_filtered_rows(client, viewer) -> None:
     a = make_job("save", state=JobState.FAILED)
     make_job("noop")
-    response = client.get(reverse("audit:event_export"), {"job": a.job_id})
+    response = client.get(reverse("console:event_export"), {"job": a.job_id})
     assert response.status_code == 200
     assert response.streaming
     assert response["Content-Type"].startswith("text/csv")
@@ -93,12 +93,12 @@ def test_audit_export_streams_only_filtered_rows(client, viewer) -> None:
 
 def test_audit_export_neutralises_formulas(client, viewer) -> None:
     record_event(event_type=EventType.OPERATOR_ACTION, actor="=HYPERLINK(1)", job_id="j-csv")
-    response = client.get(reverse("audit:event_export"), {"job": "j-csv"})
+    response = client.get(reverse("console:event_export"), {"job": "j-csv"})
     rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode())))
     assert rows[1][3] == "'=HYPERLINK(1)"
 
 
 def test_audit_requires_view_permission(client) -> None:
     login(client, "nobody")
-    assert client.get(reverse("audit:event_list")).status_code == 403
-    assert client.get(reverse("audit:event_export")).status_code == 403
+    assert client.get(reverse("console:event_list")).status_code == 403
+    assert client.get(reverse("console:event_export")).status_code == 403

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from audit.models import AuditEvent, EventType
-from console.ops_selectors import dom_id
+from console.htmx import dom_id
 from inbox import vault
 from inbox.models import Job, JobState
 from tests.console.conftest import NARROW, PASSWORD, WIDE, screenshot

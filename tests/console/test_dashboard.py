@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from core import paging
 from inbox import selectors, transitions
 from inbox.models import JobState, ScopePause, Worker
 from tests.console.pagekit import hx, login
@@ -23,7 +24,7 @@ def viewer(client: Client):
 
 
 def test_state_counts_one_query_and_capped(django_assert_num_queries, monkeypatch) -> None:
-    monkeypatch.setattr(selectors, "COUNT_CAP", 2)
+    monkeypatch.setattr(paging, "COUNT_CAP", 2)
     for _ in range(4):
         make_job("noop")
     make_job("save", state=JobState.FAILED)
@@ -32,12 +33,12 @@ def test_state_counts_one_query_and_capped(django_assert_num_queries, monkeypatc
     assert counts["READY"] == 3  # capped at COUNT_CAP + 1: shown as "2+"
     assert counts["FAILED"] == 1
     assert counts["RECONCILED"] == 0
-    assert selectors.count_label(counts["READY"]) == "2+"
+    assert paging.count_label(counts["READY"]) == "2+"
 
 
 def test_dashboard_counts_link_to_filtered_list(client, viewer) -> None:
     make_job("save", state=JobState.FAILED)
-    html = client.get(reverse("home"), headers=hx("dashboard-counts")).content.decode()
+    html = client.get(reverse("console:home"), headers=hx("dashboard-counts")).content.decode()
     assert 'href="/jobs/?state=FAILED"' in html
     assert re.search(
         r'<span class="n">1</span><span class="k"><span class="state state-FAILED"', html
@@ -58,7 +59,7 @@ def test_dashboard_alerts_count_each_condition(client, viewer) -> None:
     assert (alerts.unknown, alerts.lapsed, alerts.pending_approvals) == (1, 1, 1)
     assert alerts.dead_workers == 1
     assert alerts.paused_scopes == ["delete"]
-    html = client.get(reverse("home"), headers=hx("dashboard-alerts")).content.decode()
+    html = client.get(reverse("console:home"), headers=hx("dashboard-alerts")).content.decode()
     assert 'href="/jobs/?lease=lapsed"' in html
     assert "Paused scopes: delete" in html
 
@@ -75,7 +76,7 @@ def test_throughput_buckets_finished_jobs_by_minute(client, viewer) -> None:
     assert sum(n for _, n in points) == 2
     label = (now - dt.timedelta(minutes=10)).strftime("%H:%M")
     assert dict(points)[label] == 2
-    html = client.get(reverse("home"), headers=hx("dashboard-throughput")).content.decode()
+    html = client.get(reverse("console:home"), headers=hx("dashboard-throughput")).content.decode()
     assert html.count("<rect ") == 60
     assert f"<title>{label}: 2</title>" in html
 
@@ -106,12 +107,12 @@ def test_throughput_is_one_query(django_assert_num_queries) -> None:
 def test_dashboard_full_page_bounded_queries(client, viewer, django_assert_max_num_queries) -> None:
     make_job("save", state=JobState.FAILED)
     with django_assert_max_num_queries(14):
-        response = client.get(reverse("home"))
+        response = client.get(reverse("console:home"))
     assert response.status_code == 200
 
 
 def test_dashboard_requires_login(client) -> None:
-    response = client.get(reverse("home"))
+    response = client.get(reverse("console:home"))
     assert response.status_code == 302
 
 
@@ -138,7 +139,7 @@ def test_dashboard_runs_show_lease_bar(client, viewer) -> None:
     run = plan_run(
         store="notes", owner="consolidator-1", lease_seconds=120, consolidator=_OneGroup()
     )
-    html = client.get(reverse("home"), headers=hx("dashboard-runs")).content.decode()
+    html = client.get(reverse("console:home"), headers=hx("dashboard-runs")).content.decode()
     assert f'id="lease-bar-{run.run_id}"' in html
     assert '<progress max="120"' in html
     assert "consolidator-1" in html

@@ -19,7 +19,7 @@ def hostile(client: Client):
     reason, then failed again so it is retryable in the bulk preview."""
     login(client, "ops", "operator")
     job = make_job("save", state=JobState.FAILED, content=XSS, object_id=XSS, mission_id=XSS)
-    url = reverse("inbox:job_retry", args=[job.job_id])
+    url = reverse("console:job_retry", args=[job.job_id])
     assert client.post(url, action_form(XSS)).status_code == 200
     return job
 
@@ -31,13 +31,13 @@ def _assert_escaped(html: str, where: str) -> None:
 
 def test_escaping_every_page_shows_hostile_text_escaped(client, hostile) -> None:
     pages = {
-        "jobs list": reverse("inbox:job_list") + "?mission=" + XSS,
-        "jobs search": reverse("inbox:job_list") + "?q=" + XSS,
-        "job detail": reverse("inbox:job_detail", args=[hostile.job_id]),
-        "job trail": reverse("inbox:job_detail", args=[hostile.job_id]),
-        "audit": reverse("audit:event_list") + "?job=" + hostile.job_id,
-        "audit by actor": reverse("audit:event_list") + "?actor=" + XSS,
-        "bulk preview": reverse("inbox:bulk_preview") + "?mode=matching&mission=" + XSS,
+        "jobs list": reverse("console:job_list") + "?mission=" + XSS,
+        "jobs search": reverse("console:job_list") + "?q=" + XSS,
+        "job detail": reverse("console:job_detail", args=[hostile.job_id]),
+        "job trail": reverse("console:job_detail", args=[hostile.job_id]),
+        "audit": reverse("console:event_list") + "?job=" + hostile.job_id,
+        "audit by actor": reverse("console:event_list") + "?actor=" + XSS,
+        "bulk preview": reverse("console:bulk_preview") + "?mode=matching&mission=" + XSS,
     }
     for where, url in pages.items():
         response = client.get(url)
@@ -51,16 +51,18 @@ def test_escaping_every_page_shows_hostile_text_escaped(client, hostile) -> None
 
 
 def test_escaping_reason_in_trail_and_audit(client, hostile) -> None:
-    detail = client.get(reverse("inbox:job_detail", args=[hostile.job_id]), headers=hx("job-trail"))
+    detail = client.get(
+        reverse("console:job_detail", args=[hostile.job_id]), headers=hx("job-trail")
+    )
     html = detail.content.decode()
     assert "Reason: " + XSS_ESCAPED in html
-    audit = client.get(reverse("audit:event_list"), {"job": hostile.job_id, "type": "RETRIED"})
+    audit = client.get(reverse("console:event_list"), {"job": hostile.job_id, "type": "RETRIED"})
     _assert_escaped(audit.content.decode(), "audit reason")
 
 
 def test_escaping_action_messages(client, hostile) -> None:
     """A refusal message quotes the job; the region renders it escaped."""
-    url = reverse("inbox:job_retry", args=[hostile.job_id])
+    url = reverse("console:job_retry", args=[hostile.job_id])
     response = client.post(url, action_form(XSS), headers=hx("job-actions"))
     assert response.status_code == 409  # READY now: retry refused
     assert XSS not in response.content.decode()

@@ -29,20 +29,20 @@ def _root_id(html: str) -> str:
 
 
 def _cases(job_id: str) -> list[tuple[str, str | None, str]]:
-    detail = reverse("inbox:job_detail", args=[job_id])
+    detail = reverse("console:job_detail", args=[job_id])
     return [
-        (reverse("home"), "dashboard-counts", "dashboard-counts"),
-        (reverse("home"), "dashboard-alerts", "dashboard-alerts"),
-        (reverse("home"), "dashboard-throughput", "dashboard-throughput"),
-        (reverse("home"), "dashboard-runs", "dashboard-runs"),
-        (reverse("inbox:job_list"), "job-table", "job-table"),
-        (reverse("inbox:job_list") + "?state=READY&sort=-updated_at", None, "job-table"),
+        (reverse("console:home"), "dashboard-counts", "dashboard-counts"),
+        (reverse("console:home"), "dashboard-alerts", "dashboard-alerts"),
+        (reverse("console:home"), "dashboard-throughput", "dashboard-throughput"),
+        (reverse("console:home"), "dashboard-runs", "dashboard-runs"),
+        (reverse("console:job_list"), "job-table", "job-table"),
+        (reverse("console:job_list") + "?state=READY&sort=-updated_at", None, "job-table"),
         (detail, "job-summary", "job-summary"),
         (detail, "job-trail", "job-trail"),
         (detail, "job-actions", "job-actions"),
-        (reverse("inbox:job_lease", args=[job_id]), "lease-countdown", "lease-countdown"),
-        (reverse("inbox:bulk_preview"), "bulk-preview", "bulk-preview"),
-        (reverse("audit:event_list") + "?type=CLAIMED", "audit-table", "audit-table"),
+        (reverse("console:job_lease", args=[job_id]), "lease-countdown", "lease-countdown"),
+        (reverse("console:bulk_preview"), "bulk-preview", "bulk-preview"),
+        (reverse("console:event_list") + "?type=CLAIMED", "audit-table", "audit-table"),
     ]
 
 
@@ -70,7 +70,7 @@ def test_fragments_normal_request_returns_full_page(client: Client, job) -> None
 
 def test_fragments_pollers_target_themselves(client: Client, job) -> None:
     """Each poller has its own hx-target (htmx inherits targets) and no eval'd filter (CSP)."""
-    for url in (reverse("home"), reverse("inbox:job_detail", args=[job.job_id])):
+    for url in (reverse("console:home"), reverse("console:job_detail", args=[job.job_id])):
         html = client.get(url).content.decode()
         pollers = re.findall(r"<[^>]*hx-trigger=\"[^\"]*every [^>]*>", html)
         assert pollers, url

@@ -10,7 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.models import EventType
-from inbox import selectors, transitions
+from core import paging
+from inbox import transitions
 from inbox.errors import LostClaim
 from inbox.models import Job, JobState
 from tests.console.pagekit import hx, login
@@ -25,7 +26,7 @@ def viewer(client: Client):
 
 
 def _list(client: Client, **params) -> str:
-    response = client.get(reverse("inbox:job_list"), params, headers=hx("job-table"))
+    response = client.get(reverse("console:job_list"), params, headers=hx("job-table"))
     assert response.status_code == 200
     return response.content.decode()
 
@@ -86,7 +87,7 @@ def test_job_list_shows_what_lease_expiry_does(client, viewer) -> None:
 
 
 def test_job_list_count_is_capped(client, viewer, monkeypatch) -> None:
-    monkeypatch.setattr(selectors, "COUNT_CAP", 3)
+    monkeypatch.setattr(paging, "COUNT_CAP", 3)
     for _ in range(5):
         make_job("noop")
     make_job("save")
@@ -97,7 +98,7 @@ def test_job_list_count_is_capped(client, viewer, monkeypatch) -> None:
 
 def test_job_list_url_round_trips_filters_for_bookmarks(client, viewer) -> None:
     job = make_job("save", state=JobState.FAILED, mission_id="m-book")
-    page = client.get(reverse("inbox:job_list"), {"state": "FAILED", "mission": "m-book"})
+    page = client.get(reverse("console:job_list"), {"state": "FAILED", "mission": "m-book"})
     html = page.content.decode()
     assert job.job_id in html
     assert '<option value="FAILED" selected>' in html
@@ -110,10 +111,10 @@ def test_job_list_pages_without_count_and_bounded_queries(
     for _ in range(55):
         make_job("noop")
     with django_assert_max_num_queries(8):
-        first = client.get(reverse("inbox:job_list"))
+        first = client.get(reverse("console:job_list"))
     assert "Next →" in first.content.decode()
     with django_assert_max_num_queries(8):
-        second = client.get(reverse("inbox:job_list"), {"page": 2})
+        second = client.get(reverse("console:job_list"), {"page": 2})
     html = second.content.decode()
     assert "rows 51–55" in html
     assert "Next →" not in html
@@ -125,7 +126,7 @@ def test_job_list_never_reads_payloads(client, viewer) -> None:
 
     make_job("save", content="x" * 50_000)
     with CaptureQueriesContext(connection) as captured:
-        assert client.get(reverse("inbox:job_list")).status_code == 200
+        assert client.get(reverse("console:job_list")).status_code == 200
     job_reads = [q["sql"] for q in captured.captured_queries if 'FROM "inbox_job"' in q["sql"]]
     assert job_reads
     assert not [sql for sql in job_reads if '"payload"' in sql]
@@ -133,7 +134,7 @@ def test_job_list_never_reads_payloads(client, viewer) -> None:
 
 def test_job_detail_shows_identity_fingerprint_attempts_and_trail(client, viewer) -> None:
     job = make_job("save", state=JobState.FAILED)
-    html = client.get(reverse("inbox:job_detail", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_detail", args=[job.job_id])).content.decode()
     assert job.idempotency_key in html
     assert "sealed, intact" in html
     assert job.vault_path in html
@@ -151,7 +152,7 @@ def test_job_detail_trail_includes_rejected_late_write(client, viewer) -> None:
     transitions.claim_job(job.job_id, worker_id="w-new", lease_seconds=60)
     with pytest.raises(LostClaim):
         transitions.complete_job(job.job_id, claim_id=old_claim, actor="worker-test")
-    html = client.get(reverse("inbox:job_detail", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_detail", args=[job.job_id])).content.decode()
     assert f"<strong>{EventType.STALE_WRITE_REJECTED}</strong>" in html
     assert f"<strong>{EventType.LEASE_EXPIRED}</strong>" in html
 
@@ -159,28 +160,28 @@ def test_job_detail_trail_includes_rejected_late_write(client, viewer) -> None:
 def test_job_detail_redacts_content_without_view_payload(client) -> None:
     job = make_job("save", content="top secret words\n")
     login(client, "look", "viewer")
-    html = client.get(reverse("inbox:job_detail", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_detail", args=[job.job_id])).content.decode()
     assert "top secret words" not in html
     assert "redacted" in html
     client.logout()
     login(client, "ops", "operator")
-    html = client.get(reverse("inbox:job_detail", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_detail", args=[job.job_id])).content.decode()
     assert "top secret words" in html
 
 
 def test_job_detail_missing_job_is_404(client, viewer) -> None:
-    assert client.get(reverse("inbox:job_detail", args=["no-such-job"])).status_code == 404
+    assert client.get(reverse("console:job_detail", args=["no-such-job"])).status_code == 404
 
 
 def test_job_detail_bounded_queries(client, viewer, django_assert_max_num_queries) -> None:
     job = make_job("save", state=JobState.FAILED)
     with django_assert_max_num_queries(10):
-        assert client.get(reverse("inbox:job_detail", args=[job.job_id])).status_code == 200
+        assert client.get(reverse("console:job_detail", args=[job.job_id])).status_code == 200
 
 
 def test_lease_countdown_counts_down_from_database_time(client, viewer) -> None:
     job = make_job("save", state=JobState.CLAIMED, lease_seconds=600)
-    html = client.get(reverse("inbox:job_lease", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_lease", args=[job.job_id])).content.decode()
     remaining = int(html.split('data-lease-remaining="')[1].split('"')[0])
     assert 590 <= remaining <= 600
     assert " s left" in html
@@ -190,7 +191,7 @@ def test_lease_countdown_counts_down_from_database_time(client, viewer) -> None:
 def test_lease_countdown_after_expiry_says_awaiting_sweep(client, viewer) -> None:
     now = transitions.db_now()
     job = make_job("save", state=JobState.CLAIMED, at=now - dt.timedelta(seconds=100))
-    html = client.get(reverse("inbox:job_lease", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_lease", args=[job.job_id])).content.decode()
     assert "expired 4" in html  # 100 s ago minus the 60 s lease: about 40 s
     assert "awaiting sweep" in html
     assert 'class="lease-countdown expired"' in html
@@ -198,14 +199,14 @@ def test_lease_countdown_after_expiry_says_awaiting_sweep(client, viewer) -> Non
 
 def test_lease_countdown_for_unheld_job_is_static(client, viewer) -> None:
     job = make_job("save", state=JobState.SUCCEEDED)
-    html = client.get(reverse("inbox:job_lease", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_lease", args=[job.job_id])).content.decode()
     assert "not held" in html
     assert "data-lease-remaining" not in html
 
 
 def test_job_detail_unknown_outcome_links_to_reconcile(client, viewer) -> None:
     job = make_job("delete", state=JobState.OUTCOME_UNKNOWN)
-    html = client.get(reverse("inbox:job_detail", args=[job.job_id])).content.decode()
+    html = client.get(reverse("console:job_detail", args=[job.job_id])).content.decode()
     assert "/reconcile/?job=" in html
     assert Job.objects.get(job_id=job.job_id).state == JobState.OUTCOME_UNKNOWN
 

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from audit.models import AuditEvent, EventType
-from console.ops_selectors import dom_id
+from console.htmx import dom_id
 from inbox import vault
 from inbox.models import Job, JobState
 from tests.factories import make_job

@@ -92,8 +92,8 @@ def test_routes_undecorated_view_is_reported() -> None:
 
 def test_routes_matrix_covers_known_actions_and_pages() -> None:
     names = {r.name for r in ACTIONS}
-    assert {"inbox:job_retry", "inbox:bulk_retry", "inbox:bulk_reconcile"} <= names
-    assert {"home", "inbox:job_list", "inbox:job_detail", "audit:event_list"} <= {
+    assert {"console:job_retry", "console:bulk_retry", "console:bulk_reconcile"} <= names
+    assert {"console:home", "console:job_list", "console:job_detail", "console:event_list"} <= {
         r.name for r in PAGES
     }
     assert all(r.policy.permission for r in ACTIONS)
@@ -222,9 +222,9 @@ def test_action_with_csrf_token_and_permission_writes(failed_job: Job) -> None:
     """The positive control: the same request with a token does act (the matrix can fail)."""
     client = Client(enforce_csrf_checks=True)
     client.force_login(_user("root", superuser=True))
-    page = client.get(reverse("inbox:job_detail", args=[failed_job.job_id]))
+    page = client.get(reverse("console:job_detail", args=[failed_job.job_id]))
     token = page.cookies["csrftoken"].value
-    url = reverse("inbox:job_retry", args=[failed_job.job_id])
+    url = reverse("console:job_retry", args=[failed_job.job_id])
     response = client.post(url, _form(failed_job), headers={"X-CSRFToken": token})
     assert response.status_code == 200
     assert Job.objects.get(job_id=failed_job.job_id).state == JobState.READY

@@ -1,40 +1,41 @@
-"""The console's job pages: the jobs list, job detail, lease fragment and the job actions.
+"""The jobs pages: the list, a job's detail and lease countdown, and the job actions (retry one;
+preview, retry or reconcile many).
 
 Views parse input, call one selector or service, and render; they never assign job state.
-HTMX requests get only their region (``"page.html#region"``); others the full page.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
-from django.urls import reverse
 from django_htmx.http import trigger_client_event
 from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
-from console.htmx import wants_fragment
+from console.bulk import BulkOutcome, act_on_each
+from console.filters import JobFilter
+from console.htmx import region_template
 from console.policy import ActionContext, action, page
-from console.tables import label_page
-from inbox import transitions
-from inbox.errors import InboxError
-from inbox.filters import JobFilter
+from console.tables import JobTable, label_page
+from core.clock import db_now
+from inbox import reconcile, transitions, vault
 from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
 from inbox.models import HELD_STATES, Job, JobState
-from inbox.selectors import (
-    BULK_LIMIT_MAX,
-    allowed_actions,
-    attempts_from_trail,
-    expiry_behaviour,
-    job_trail,
-)
-from inbox.tables import JobTable
+from inbox.selectors import allowed_actions, attempts_from_trail, expiry_behaviour, job_trail
+
+LIST = "console/jobs.html"
+DETAIL = "console/jobs-detail.html"
+LEASE = "console/jobs-lease.html"
+BULK = "console/jobs-bulk.html"
 
 PER_PAGE = 50
+# The most rows one bulk action may touch.
+BULK_LIMIT_MAX = 500
 # Events drawn in red on the trail: refusals and rejected writes.
 REFUSAL_EVENTS = {"REJECTED", "STALE_WRITE_REJECTED", "FINGERPRINT_DRIFT", "FAILED"}
 # Payload keys hidden from users without inbox.view_payload (the object's content).
@@ -42,14 +43,6 @@ REDACTED_KEYS = ("content",)
 FILTER_FIELDS = tuple(JobFilter.base_filters)
 # Always visible; the rest sit under "More filters" (opened when one of them is set).
 MAIN_FILTERS = ("q", "state", "job_type")
-
-
-def _region(request: HttpRequest, allowed: tuple[str, ...]) -> str | None:
-    """The region an HTMX request targets, if it is one of this page's regions."""
-    if not wants_fragment(request):
-        return None
-    target = request.htmx.target or ""
-    return target if target in allowed else allowed[0]
 
 
 # --- jobs list --------------------------------------------------------------------------------
@@ -79,12 +72,12 @@ def job_list(request: HttpRequest) -> HttpResponse:
         ),
         "bulk_limit": BULK_LIMIT_MAX,
         # Lease cells count down from the database clock, like the detail page.
-        "now": transitions.db_now(),
+        "now": db_now(),
         "held_states": HELD_STATES,
         "can_retry": request.user.has_perm("inbox.retry_job"),
         "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
     }
-    template = "inbox/job_list.html" + ("#job-table" if wants_fragment(request) else "")
+    template = region_template(request, LIST, ("job-table",), default="job-table")
     return render(request, template, context)
 
 
@@ -128,7 +121,7 @@ def _immutable_fields(job: Job) -> list[tuple[str, Any]]:
 
 
 def _detail_context(request: HttpRequest, job: Job) -> dict[str, Any]:
-    now = transitions.db_now()
+    now = db_now()
     trail = job_trail(job.job_id)
     fp_text, fp_css = _fingerprint_status(job)
     return {
@@ -158,8 +151,7 @@ DETAIL_REGIONS = ("job-summary", "job-trail", "job-actions")
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     """Identity, immutable fields, payload, lease, attempts, trail and the allowed actions."""
     job = _load_job(job_id)
-    region = _region(request, DETAIL_REGIONS)
-    template = "inbox/job_detail.html" + (f"#{region}" if region else "")
+    template = region_template(request, DETAIL, DETAIL_REGIONS, default="job-summary")
     return render(request, template, _detail_context(request, job))
 
 
@@ -167,8 +159,8 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
 def job_lease(request: HttpRequest, job_id: str) -> HttpResponse:
     """The lease countdown fragment (re-rendered from the database clock while polling)."""
     job = _load_job(job_id)
-    context = {"job": job, "now": transitions.db_now(), "held": job.state in HELD_STATES}
-    return render(request, "inbox/job_lease.html", context)
+    context = {"job": job, "now": db_now(), "held": job.state in HELD_STATES}
+    return render(request, LEASE, context)
 
 
 # --- job actions ------------------------------------------------------------------------------
@@ -177,7 +169,7 @@ def job_lease(request: HttpRequest, job_id: str) -> HttpResponse:
 def _render_job_actions(request: HttpRequest, job_id: str, act: ActionContext) -> HttpResponse:
     job = _load_job(job_id)
     context = {**_detail_context(request, job), "act": act}
-    response = render(request, "inbox/job_detail.html#job-actions", context)
+    response = render(request, f"{DETAIL}#job-actions", context)
     if act.should_act and act.status == 200:
         # The trail and summary refresh themselves on this event.
         trigger_client_event(response, "job-changed")
@@ -260,8 +252,6 @@ def _reconcile_preview(params: QueryDict) -> BulkSelection:
     The probe is read-only; a present object (not applied, or a conflict) needs a person on
     the reconcile page, so those rows are listed as skipped with the reason.
     """
-    from inbox import reconcile, vault
-
     candidates = _bulk_select(params, eligible_state=JobState.OUTCOME_UNKNOWN)
     selection = BulkSelection(
         mode=candidates.mode,
@@ -292,7 +282,7 @@ def _reconcile_preview(params: QueryDict) -> BulkSelection:
 @page(permission="inbox.view_job")
 def bulk_preview(request: HttpRequest) -> HttpResponse:
     """Which rows a bulk action would touch (read only)."""
-    template = "inbox/bulk_preview.html" + ("#bulk-preview" if wants_fragment(request) else "")
+    template = region_template(request, BULK, ("bulk-preview",), default="bulk-preview")
     return render(request, template, _bulk_context(request, request.GET))
 
 
@@ -300,85 +290,59 @@ def bulk_preview(request: HttpRequest) -> HttpResponse:
 def bulk_retry(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
     """Retry every eligible FAILED row of the selection (or filter), up to the limit."""
     selection = _bulk_select(request.POST, eligible_state=JobState.FAILED)
-    outcome: dict[str, list[str]] = {"done": [], "refused": []}
-
-    retry_all = _each_eligible(
+    outcome = _run_bulk(
+        act,
         selection,
-        outcome,
         lambda job_id: transitions.retry_job(job_id, actor=act.actor, reason=act.reason),
+        verb="Retried",
+        noun="FAILED",
     )
-    _apply_bulk(act, selection, retry_all, outcome, verb="Retried", noun="FAILED")
     return _bulk_result(request, act, outcome)
-
-
-def _each_eligible(selection: BulkSelection, outcome: dict[str, list[str]], call: Any) -> Any:
-    """A bulk run: ``call`` each eligible job; a refusal (a lost race) is reported, not fatal."""
-
-    def run() -> dict[str, list[str]]:
-        for job in selection.eligible:
-            try:
-                call(job.job_id)
-            except InboxError as exc:
-                outcome["refused"].append(f"{job.job_id}: {exc}")
-            else:
-                outcome["done"].append(job.job_id)
-        return outcome
-
-    return run
-
-
-def _apply_bulk(
-    act: ActionContext,
-    selection: BulkSelection,
-    run: Any,
-    outcome: dict[str, list[str]],
-    *,
-    verb: str,
-    noun: str,
-) -> None:
-    if not act.should_act:
-        return
-    if not selection.eligible:
-        act.refuse(f"Nothing to do: no {noun} job in the selection.")
-        return
-    act.perform(run, done="")
-    if act.status == 200:
-        refused = f"; {len(outcome['refused'])} refused" if outcome["refused"] else ""
-        act.message = act.outcome = f"{verb} {len(outcome['done'])} job(s){refused}."
-
-
-def _bulk_result(
-    request: HttpRequest, act: ActionContext, outcome: dict[str, list[str]]
-) -> HttpResponse:
-    if wants_fragment(request):
-        response = render(
-            request, "inbox/bulk_preview.html#bulk-result", {"act": act, "outcome": outcome}
-        )
-    else:
-        context = {**_bulk_context(request, request.POST), "act": act, "outcome": outcome}
-        response = render(request, "inbox/bulk_preview.html", context)
-    if act.should_act and outcome["done"]:
-        trigger_client_event(response, "jobs-changed")
-    return response
 
 
 @action(permission="inbox.reconcile_job", region="bulk-result", needs_reason=True)
 def bulk_reconcile(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
     """Reconcile (CONFIRMED_DELETED) the selected unknowns whose object is absent."""
-    from inbox import reconcile
-
     selection = _reconcile_preview(request.POST)
-    outcome: dict[str, list[str]] = {"done": [], "refused": []}
-
     # confirm_deleted re-probes and refuses if the object reappeared since the preview.
-    reconcile_all = _each_eligible(
+    outcome = _run_bulk(
+        act,
         selection,
-        outcome,
         lambda job_id: reconcile.confirm_deleted(job_id, actor=act.actor, reason=act.reason),
+        verb="Reconciled",
+        noun="unambiguous",
     )
-    _apply_bulk(act, selection, reconcile_all, outcome, verb="Reconciled", noun="unambiguous")
     return _bulk_result(request, act, outcome)
 
 
-def job_url(job_id: str) -> str:
-    return reverse("inbox:job_detail", args=[job_id])
+def _run_bulk(
+    act: ActionContext,
+    selection: BulkSelection,
+    act_on: Callable[[str], object],
+    *,
+    verb: str,
+    noun: str,
+) -> BulkOutcome:
+    """``act_on`` each eligible job in one action (a replay or a bad form acts on none)."""
+    if not act.should_act:
+        return BulkOutcome()
+    if not selection.eligible:
+        act.refuse(f"Nothing to do: no {noun} job in the selection.")
+        return BulkOutcome()
+    ids = [job.job_id for job in selection.eligible]
+    outcome = act.perform(lambda: act_on_each(ids, act_on), done="") or BulkOutcome()
+    if act.status == 200:
+        refused = f"; {len(outcome.refused)} refused" if outcome.refused else ""
+        act.message = act.outcome = f"{verb} {len(outcome.done)} job(s){refused}."
+    return outcome
+
+
+def _bulk_result(request: HttpRequest, act: ActionContext, outcome: BulkOutcome) -> HttpResponse:
+    template = region_template(request, BULK, ("bulk-result",), default="bulk-result")
+    context: dict[str, Any] = {"act": act, "outcome": outcome}
+    if template == BULK:
+        context.update(_bulk_context(request, request.POST))
+    response = render(request, template, context)
+    if act.should_act and outcome.done:
+        trigger_client_event(response, "jobs-changed")
+    return response

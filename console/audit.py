@@ -11,12 +11,13 @@ from django.utils import timezone
 from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
-from audit.filters import AuditEventFilter
 from audit.models import AuditEvent
-from audit.tables import AuditEventTable, detail_text
-from console.htmx import wants_fragment
+from console.filters import AuditEventFilter
+from console.htmx import region_template
 from console.policy import page
-from console.tables import label_page
+from console.tables import AuditEventTable, detail_text, label_page
+
+AUDIT = "console/audit.html"
 
 PER_PAGE = 50
 # The most rows one export streams; narrow the filter for more.
@@ -54,7 +55,7 @@ def event_list(request: HttpRequest) -> HttpResponse:
         "table": table,
         "export_query": request.GET.urlencode(),
     }
-    template = "audit/event_list.html" + ("#audit-table" if wants_fragment(request) else "")
+    template = region_template(request, AUDIT, ("audit-table",), default="audit-table")
     return render(request, template, context)
 
 

@@ -1,0 +1,314 @@
+"""The reconcile page: OUTCOME_UNKNOWN jobs with their evidence, one decision per case, and
+"reconcile all unambiguous" with its preview.
+
+The page is a fixed number of queries however many cases it shows: audit chains, heartbeats
+and vault probes are fetched in batches, never per case. Decisions go through
+``inbox.reconcile``; nothing here assigns a state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django_htmx.http import trigger_client_event
+
+from audit.models import AuditEvent
+from console.bulk import act_on_each
+from console.htmx import dom_id, region_template
+from console.policy import ActionContext, action, page
+from core.clock import db_now
+from inbox import reconcile as svc
+from inbox import vault
+from inbox.errors import InboxError
+from inbox.models import Job, JobState, Worker
+from inbox.workers import is_alive
+
+RECONCILE = "console/reconcile.html"
+
+# The most cases one page shows; the rest wait their turn (the page says how many).
+QUEUE_LIMIT = 50
+# Audit events shown per case (the newest; the job page has the whole trail).
+CHAIN_LIMIT = 12
+
+
+# --- read model -------------------------------------------------------------------------------
+
+
+@dataclass
+class UnknownCase:
+    """One OUTCOME_UNKNOWN job with everything an operator needs to decide it."""
+
+    job: Job
+    dom_id: str
+    evidence: svc.Evidence | None = None
+    probe_error: str = ""
+    worker: Worker | None = None
+    worker_alive: bool | None = None
+    chain: list[AuditEvent] = field(default_factory=list)
+    fresh_job: Job | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.job.state == JobState.OUTCOME_UNKNOWN
+
+    @property
+    def diagnosis(self) -> str:
+        """What the evidence says, in the operator's words (DESIGN §1.7)."""
+        ev = self.evidence
+        if ev is None:
+            return "no evidence: the probe failed"
+        if not ev.present:
+            return "absent: the delete happened (confirm deleted)"
+        if ev.matches:
+            return "present with the expected hash: the delete did not happen (not applied)"
+        return "present with another hash: conflict, someone changed it (only an operator decides)"
+
+    @property
+    def verdict(self) -> str:
+        if not self.is_open:
+            return "decided"
+        ev = self.evidence
+        if ev is None:
+            return "unknown"
+        if not ev.present:
+            return "absent"
+        return "untouched" if ev.matches else "conflict"
+
+
+def _probe(job: Job, now: dt.datetime) -> tuple[svc.Evidence | None, str]:
+    """The reconcile service's evidence for ``job``, stamped with the page's one clock read.
+
+    Same reading as ``inbox.reconcile.probe_job`` (which also asks the database for the time:
+    one query per job) so a page of fifty cases stays a fixed number of queries.
+    """
+    payload = job.payload or {}
+    expected = payload.get("expected_provenance_hash") or payload.get("provenance_hash")
+    try:
+        found = vault.probe(job.vault_path)
+    except (InboxError, OSError) as exc:
+        return None, str(exc)
+    evidence = svc.Evidence(
+        vault_path=job.vault_path,
+        present=found.present,
+        current_hash=found.current_hash,
+        expected_hash=expected,
+        matches=found.present and found.current_hash == expected,
+        probed_at=now,
+    )
+    return evidence, ""
+
+
+def _chains(job_ids: list[str], limit: int = CHAIN_LIMIT) -> dict[str, list[AuditEvent]]:
+    """The newest ``limit`` events of each job, oldest first, in one query."""
+    if not job_ids:
+        return {}
+    rows = (
+        AuditEvent.objects.filter(job_id__in=job_ids)
+        .annotate(
+            rank=Window(RowNumber(), partition_by=[F("job_id")], order_by=F("event_id").desc())
+        )
+        .filter(rank__lte=limit)
+        .order_by("job_id", "event_id")
+    )
+    chains: dict[str, list[AuditEvent]] = defaultdict(list)
+    for event in rows:
+        chains[event.job_id].append(event)
+    return chains
+
+
+def _cases(jobs: list[Job], now: dt.datetime) -> list[UnknownCase]:
+    ids = [job.job_id for job in jobs]
+    chains = _chains(ids)
+    workers = {
+        w.worker_id: w
+        for w in Worker.objects.filter(worker_id__in={j.worker_id for j in jobs if j.worker_id})
+    }
+    fresh = {j.supersedes: j for j in Job.objects.filter(supersedes__in=ids).order_by("created_at")}
+    cases = []
+    for job in jobs:
+        evidence, error = _probe(job, now) if job.state == JobState.OUTCOME_UNKNOWN else (None, "")
+        worker = workers.get(job.worker_id)
+        cases.append(
+            UnknownCase(
+                job=job,
+                dom_id=dom_id("case", job.job_id),
+                evidence=evidence,
+                probe_error=error,
+                worker=worker,
+                worker_alive=is_alive(worker, now) if worker else None,
+                chain=chains.get(job.job_id, []),
+                fresh_job=fresh.get(job.job_id),
+            )
+        )
+    return cases
+
+
+@dataclass
+class AutoPlan:
+    """What "reconcile all unambiguous" would do right now (the preview)."""
+
+    confirm: list[Job] = field(default_factory=list)
+    diagnose: list[tuple[Job, str]] = field(default_factory=list)
+    unchanged: int = 0
+    skipped: int = 0
+
+
+def auto_plan(cases: list[UnknownCase]) -> AutoPlan:
+    """The auto-reconciler's rule (``inbox.reconcile``) applied to the cases on the page: the
+    preview shows exactly what the bulk button will do, and it touches only these cases."""
+    plan = AutoPlan()
+    for case in cases:
+        ev = case.evidence
+        if not case.is_open or case.job.job_type not in svc.PROBED_TYPES or ev is None:
+            plan.skipped += 1
+        elif not ev.present:
+            plan.confirm.append(case.job)
+        else:
+            code = svc.DIAG_NOT_APPLIED if ev.matches else svc.DIAG_CONFLICT
+            if case.job.result_code == code:
+                plan.unchanged += 1
+            else:
+                plan.diagnose.append((case.job, code))
+    return plan
+
+
+@dataclass
+class ReconcileQueue:
+    cases: list[UnknownCase]
+    total: int
+    plan: AutoPlan
+    now: dt.datetime
+
+    @property
+    def hidden(self) -> int:
+        return max(self.total - len(self.cases), 0)
+
+
+def reconcile_queue(*, limit: int = QUEUE_LIMIT) -> ReconcileQueue:
+    """The oldest OUTCOME_UNKNOWN jobs with their evidence, and the auto-reconcile preview."""
+    now = db_now()
+    qs = Job.objects.unknown().order_by("updated_at", "job_id")
+    jobs = list(qs[:limit])
+    total = len(jobs) if len(jobs) < limit else qs.count()
+    cases = _cases(jobs, now)
+    return ReconcileQueue(cases=cases, total=total, plan=auto_plan(cases), now=now)
+
+
+def unknown_case(job_id: str) -> UnknownCase | None:
+    """One case, whatever its state now (after an action it shows the outcome)."""
+    job = Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        return None
+    return _cases([job], db_now())[0]
+
+
+# --- views ------------------------------------------------------------------------------------
+
+
+@page(permission="inbox.view_job")
+def reconcile(request: HttpRequest) -> HttpResponse:
+    template = region_template(
+        request,
+        RECONCILE,
+        ("reconcile-queue", "reconcile-auto", "queue-count"),
+        default="reconcile-queue",
+    )
+    return render(request, template, {"queue": reconcile_queue()})
+
+
+def _case_response(request: HttpRequest, job_id: str, act: ActionContext) -> HttpResponse:
+    case = unknown_case(job_id)
+    if case is None:
+        raise Http404(f"job {job_id!r} does not exist")
+    response = render(request, f"{RECONCILE}#unknown-case", {"case": case, "act": act})
+    if act.results:
+        # The bulk preview above the queue is stale now; it reloads itself on this event.
+        trigger_client_event(response, "reconcile-changed")
+    return response
+
+
+@action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
+def reconcile_confirm_deleted(request: HttpRequest, job_id: str, *, act: ActionContext):
+    act.perform(
+        lambda: svc.confirm_deleted(job_id, actor=act.actor, reason=act.reason),
+        done="Confirmed deleted: the job is RECONCILED (CONFIRMED_DELETED).",
+    )
+    return _case_response(request, job_id, act)
+
+
+@action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
+def reconcile_not_applied(request: HttpRequest, job_id: str, *, act: ActionContext):
+    fresh = request.POST.get("fresh_delete") == "1"
+    act.perform(
+        lambda: svc.not_applied(
+            job_id, actor=act.actor, reason=act.reason, request_fresh_delete=fresh
+        ),
+        done="Not applied: the job is RECONCILED (NOT_APPLIED)"
+        + ("; a fresh DELETE was requested and awaits approval." if fresh else "."),
+    )
+    return _case_response(request, job_id, act)
+
+
+@action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
+def reconcile_annotate(request: HttpRequest, job_id: str, *, act: ActionContext):
+    act.perform(
+        lambda: svc.annotate(job_id, actor=act.actor, reason=act.reason),
+        done="Annotated: the job stays OUTCOME_UNKNOWN with your note in its trail.",
+    )
+    return _case_response(request, job_id, act)
+
+
+@dataclass
+class AutoOutcome:
+    confirmed: list[str] = field(default_factory=list)
+    annotated: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = (
+            f"Reconciled {len(self.confirmed)} as CONFIRMED_DELETED, annotated "
+            f"{len(self.annotated)} (they stay OUTCOME_UNKNOWN)"
+        )
+        if self.refused:
+            text += f"; {len(self.refused)} changed meanwhile and were left alone"
+        return text + "."
+
+
+def _reconcile_unambiguous(*, actor: str, reason: str) -> AutoOutcome:
+    """The auto-reconciler's rule on the cases the page shows, as this operator, with a reason.
+
+    Each case goes through the same service as its single-case button, which probes afresh:
+    a case whose evidence changed since the preview is refused, never decided on stale data.
+    """
+    plan = reconcile_queue().plan
+    confirmed = act_on_each(
+        [job.job_id for job in plan.confirm],
+        lambda job_id: svc.confirm_deleted(job_id, actor=actor, reason=reason),
+    )
+    annotated = act_on_each(
+        [job.job_id for job, _code in plan.diagnose],
+        lambda job_id: svc.annotate(job_id, actor=actor, reason=reason),
+    )
+    return AutoOutcome(
+        confirmed=confirmed.done,
+        annotated=annotated.done,
+        refused=confirmed.refused + annotated.refused,
+    )
+
+
+@action(permission="inbox.reconcile_job", region="reconcile-queue", needs_reason=True)
+def reconcile_auto(request: HttpRequest, *, act: ActionContext):
+    outcome = act.perform(
+        lambda: _reconcile_unambiguous(actor=act.actor, reason=act.reason),
+        done="Reconciled every unambiguous case.",
+    )
+    if outcome is not None:
+        act.message = act.outcome = outcome.summary()
+    context = {"queue": reconcile_queue(), "act": act}
+    return render(request, f"{RECONCILE}#reconcile-queue", context)

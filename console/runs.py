@@ -1,0 +1,118 @@
+"""The runs page: one card per store with its current run, lease, group progress and recent
+takeovers, and "close stuck run" (through ``runs.transitions.close_run``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from console.htmx import dom_id, region_template
+from console.policy import ActionContext, action, page
+from core.clock import db_now
+from runs import transitions
+from runs.models import Run, RunStatus
+from runs.selectors import RunView, StoreOverview, store_overview
+
+RUNS = "console/runs.html"
+
+
+# --- read model -------------------------------------------------------------------------------
+
+
+@dataclass
+class StoreCard:
+    """One store on the runs page: its overview plus what the page needs to render it."""
+
+    overview: StoreOverview
+    dom_id: str
+    takeovers: list[RunView]
+    now: dt.datetime
+
+    @property
+    def store(self) -> str:
+        return self.overview.store
+
+    @property
+    def current(self) -> RunView | None:
+        return self.overview.current
+
+    @property
+    def live_id(self) -> str:
+        return dom_id("live", self.overview.store)
+
+    @property
+    def finished_groups(self) -> int:
+        counts = self.overview.group_counts
+        return counts.get("done", 0) + counts.get("deferred", 0)
+
+    @property
+    def closable(self) -> bool:
+        """Only a row stored ``active`` can be closed (lapsed or not)."""
+        current = self.overview.current
+        return current is not None and current.run.status == "active"
+
+
+def store_cards(*, store: str | None = None) -> list[StoreCard]:
+    now = db_now()
+    cards = []
+    for overview in store_overview(now, store=store):
+        takeovers = [
+            view
+            for view in overview.history
+            if view.run.status in ("taken_over", "abandoned", "expired")
+        ]
+        cards.append(
+            StoreCard(
+                overview=overview,
+                dom_id=dom_id("store", overview.store),
+                takeovers=takeovers,
+                now=now,
+            )
+        )
+    return cards
+
+
+# --- views ------------------------------------------------------------------------------------
+
+
+@page(permission="runs.view_run")
+def runs(request: HttpRequest) -> HttpResponse:
+    # ``?store=`` (the audit log links runs this way) narrows the page to that store; a card's
+    # live block polls the same way, targeting its own id.
+    store = request.GET.get("store") or None
+    live = {dom_id("live", store): "store-live"} if store else None
+    template = region_template(request, RUNS, ("runs-stores",), default="runs-stores", targets=live)
+    cards = store_cards(store=store)
+    if template == f"{RUNS}#store-live":
+        if not cards:
+            raise Http404(f"no runs for store {store!r}")
+        return render(request, template, {"card": cards[0]})
+    return render(request, template, {"cards": cards, "store": store})
+
+
+def _store_of(run_id: str) -> str:
+    store = Run.objects.filter(run_id=run_id).values_list("store", flat=True).first()
+    if store is None:
+        raise Http404(f"run {run_id!r} does not exist")
+    return store
+
+
+def _card_response(request: HttpRequest, store: str, act: ActionContext) -> HttpResponse:
+    cards = store_cards(store=store)
+    return render(request, f"{RUNS}#store-card", {"card": cards[0], "act": act})
+
+
+@action(permission="runs.close_run", region="store-card", needs_reason=True)
+def close_run(request: HttpRequest, run_id: str, *, act: ActionContext):
+    store = _store_of(run_id)
+    # A refusal (RunError) is a DomainError: shown in the card like any refused action (409).
+    act.perform(
+        lambda: transitions.close_run(
+            run_id, status=RunStatus.ABANDONED, actor=act.actor, reason=act.reason
+        ),
+        done=f"Run {run_id} closed as abandoned; the store is free.",
+    )
+    return _card_response(request, store, act)
