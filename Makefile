@@ -22,6 +22,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

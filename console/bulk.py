@@ -1,16 +1,16 @@
-"""The one loop of the console's bulk actions: act on each job, collect the refusals.
+"""What a bulk action did: the jobs it moved and the ones it refused, from one set-based call.
 
 Bulk retry and bulk reconcile on the jobs page and "reconcile all unambiguous" on the reconcile
-page all go through ``act_on_each``. When set-based services replace the per-job calls, this is
-the function to change.
+page each make one service call over all their jobs (``transitions.retry_jobs``,
+``reconcile.apply``); the service writes what it may and names every refusal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from core.errors import DomainError
+from inbox.transitions import Moved
 
 
 @dataclass
@@ -20,19 +20,13 @@ class BulkOutcome:
     done: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, moved: Moved) -> BulkOutcome:
+        return cls(
+            done=[job.job_id for job in moved.jobs],
+            refused=[f"{job_id}: {exc}" for job_id, exc in moved.refused.items()],
+        )
 
-def act_on_each(job_ids: Iterable[str], act_on: Callable[[str], object]) -> BulkOutcome:
-    """Call ``act_on(job_id)`` for each id in order; a refusal is reported, not raised.
-
-    A refusal is a job that changed since the operator's preview (a lost race): the service
-    wrote nothing for it and the others still go ahead.
-    """
-    outcome = BulkOutcome()
-    for job_id in job_ids:
-        try:
-            act_on(job_id)
-        except DomainError as exc:
-            outcome.refused.append(f"{job_id}: {exc}")
-        else:
-            outcome.done.append(job_id)
-    return outcome
+    @classmethod
+    def listed(cls, done: Iterable[str], refused: Iterable[tuple[str, str]]) -> BulkOutcome:
+        return cls(done=list(done), refused=[f"{job_id}: {why}" for job_id, why in refused])

@@ -17,13 +17,13 @@ from django_htmx.http import trigger_client_event
 from django_tables2 import RequestConfig
 from django_tables2.paginators import LazyPaginator
 
-from console.bulk import BulkOutcome, act_on_each
+from console.bulk import BulkOutcome
 from console.filters import JobFilter
 from console.htmx import region_template
 from console.policy import ActionContext, action, page
 from console.tables import JobTable, label_page
 from core.clock import db_now
-from inbox import reconcile, transitions, vault
+from inbox import reconcile, transitions
 from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
 from inbox.models import HELD_STATES, Job, JobState
 from inbox.selectors import allowed_actions, attempts_from_trail, expiry_behaviour, job_trail
@@ -199,6 +199,8 @@ class BulkSelection:
     skipped: list[tuple[Job, str]] = field(default_factory=list)
     more: bool = False
     missing: list[str] = field(default_factory=list)
+    # For bulk reconcile: the evidence probed for each eligible job (``reconcile.assess``).
+    assessments: list[reconcile.Assessment] = field(default_factory=list)
 
 
 def _bulk_limit(params: QueryDict) -> int:
@@ -249,8 +251,9 @@ def _bulk_context(request: HttpRequest, params: QueryDict) -> dict[str, Any]:
 def _reconcile_preview(params: QueryDict) -> BulkSelection:
     """OUTCOME_UNKNOWN rows of the selection whose evidence is unambiguous (object absent).
 
-    The probe is read-only; a present object (not applied, or a conflict) needs a person on
-    the reconcile page, so those rows are listed as skipped with the reason.
+    The probe is read-only (``reconcile.assess``, the auto-reconciler's rule); a present object
+    (not applied, or a conflict) needs a person on the reconcile page, so those rows are listed
+    as skipped with the reason.
     """
     candidates = _bulk_select(params, eligible_state=JobState.OUTCOME_UNKNOWN)
     selection = BulkSelection(
@@ -260,22 +263,18 @@ def _reconcile_preview(params: QueryDict) -> BulkSelection:
         more=candidates.more,
         missing=candidates.missing,
     )
-    for job in candidates.eligible:
-        if job.job_type not in reconcile.PROBED_TYPES:
-            selection.skipped.append((job, f"no vault probe for {job.job_type}"))
-            continue
-        try:
-            evidence = reconcile.probe_job(job)
-        except vault.VaultError as exc:
-            selection.skipped.append((job, f"probe refused: {exc}"))
-            continue
-        if evidence.present:
+    for assessment in reconcile.assess(candidates.eligible):
+        job, evidence = assessment.job, assessment.evidence
+        if assessment.action == reconcile.CONFIRM:
+            selection.eligible.append(job)
+            selection.assessments.append(assessment)
+        elif evidence is None:
+            selection.skipped.append((job, assessment.error))
+        else:
             why = "object present with the expected hash (not applied)"
             if not evidence.matches:
                 why = "object present with another hash (conflict)"
             selection.skipped.append((job, why + ": decide on the reconcile page"))
-        else:
-            selection.eligible.append(job)
     return selection
 
 
@@ -293,7 +292,7 @@ def bulk_retry(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
     outcome = _run_bulk(
         act,
         selection,
-        lambda job_id: transitions.retry_job(job_id, actor=act.actor, reason=act.reason),
+        lambda ids: BulkOutcome.of(transitions.retry_jobs(ids, actor=act.actor, reason=act.reason)),
         verb="Retried",
         noun="FAILED",
     )
@@ -302,35 +301,34 @@ def bulk_retry(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
 
 @action(permission="inbox.reconcile_job", region="bulk-result", needs_reason=True)
 def bulk_reconcile(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
-    """Reconcile (CONFIRMED_DELETED) the selected unknowns whose object is absent."""
+    """Reconcile (CONFIRMED_DELETED) the selected unknowns whose object is absent: probed now,
+    so a job whose object reappeared since the preview is left alone."""
     selection = _reconcile_preview(request.POST)
-    # confirm_deleted re-probes and refuses if the object reappeared since the preview.
-    outcome = _run_bulk(
-        act,
-        selection,
-        lambda job_id: reconcile.confirm_deleted(job_id, actor=act.actor, reason=act.reason),
-        verb="Reconciled",
-        noun="unambiguous",
-    )
+
+    def confirm(_ids: list[str]) -> BulkOutcome:
+        report = reconcile.apply(selection.assessments, actor=act.actor, reason=act.reason)
+        return BulkOutcome.listed(report.confirmed, report.refused)
+
+    outcome = _run_bulk(act, selection, confirm, verb="Reconciled", noun="unambiguous")
     return _bulk_result(request, act, outcome)
 
 
 def _run_bulk(
     act: ActionContext,
     selection: BulkSelection,
-    act_on: Callable[[str], object],
+    act_on: Callable[[list[str]], BulkOutcome],
     *,
     verb: str,
     noun: str,
 ) -> BulkOutcome:
-    """``act_on`` each eligible job in one action (a replay or a bad form acts on none)."""
+    """``act_on`` the eligible jobs in one action (a replay or a bad form acts on none)."""
     if not act.should_act:
         return BulkOutcome()
     if not selection.eligible:
         act.refuse(f"Nothing to do: no {noun} job in the selection.")
         return BulkOutcome()
     ids = [job.job_id for job in selection.eligible]
-    outcome = act.perform(lambda: act_on_each(ids, act_on), done="") or BulkOutcome()
+    outcome = act.perform(lambda: act_on(ids), done="") or BulkOutcome()
     if act.status == 200:
         refused = f"; {len(outcome.refused)} refused" if outcome.refused else ""
         act.message = act.outcome = f"{verb} {len(outcome.done)} job(s){refused}."

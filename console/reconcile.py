@@ -19,13 +19,10 @@ from django.shortcuts import render
 from django_htmx.http import trigger_client_event
 
 from audit.models import AuditEvent
-from console.bulk import act_on_each
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
 from core.clock import db_now
 from inbox import reconcile as svc
-from inbox import vault
-from inbox.errors import InboxError
 from inbox.models import Job, JobState, Worker
 from inbox.workers import is_alive
 
@@ -52,6 +49,8 @@ class UnknownCase:
     worker_alive: bool | None = None
     chain: list[AuditEvent] = field(default_factory=list)
     fresh_job: Job | None = None
+    # What the auto-reconcile rule would do with this case now (``inbox.reconcile.decide``).
+    action: str = svc.SKIP
 
     @property
     def is_open(self) -> bool:
@@ -81,29 +80,6 @@ class UnknownCase:
         return "untouched" if ev.matches else "conflict"
 
 
-def _probe(job: Job, now: dt.datetime) -> tuple[svc.Evidence | None, str]:
-    """The reconcile service's evidence for ``job``, stamped with the page's one clock read.
-
-    Same reading as ``inbox.reconcile.probe_job`` (which also asks the database for the time:
-    one query per job) so a page of fifty cases stays a fixed number of queries.
-    """
-    payload = job.payload or {}
-    expected = payload.get("expected_provenance_hash") or payload.get("provenance_hash")
-    try:
-        found = vault.probe(job.vault_path)
-    except (InboxError, OSError) as exc:
-        return None, str(exc)
-    evidence = svc.Evidence(
-        vault_path=job.vault_path,
-        present=found.present,
-        current_hash=found.current_hash,
-        expected_hash=expected,
-        matches=found.present and found.current_hash == expected,
-        probed_at=now,
-    )
-    return evidence, ""
-
-
 def _chains(job_ids: list[str], limit: int = CHAIN_LIMIT) -> dict[str, list[AuditEvent]]:
     """The newest ``limit`` events of each job, oldest first, in one query."""
     if not job_ids:
@@ -131,15 +107,16 @@ def _cases(jobs: list[Job], now: dt.datetime) -> list[UnknownCase]:
     }
     fresh = {j.supersedes: j for j in Job.objects.filter(supersedes__in=ids).order_by("created_at")}
     cases = []
-    for job in jobs:
-        evidence, error = _probe(job, now) if job.state == JobState.OUTCOME_UNKNOWN else (None, "")
+    for assessment in svc.assess(jobs, now=now):
+        job = assessment.job
         worker = workers.get(job.worker_id)
         cases.append(
             UnknownCase(
                 job=job,
                 dom_id=dom_id("case", job.job_id),
-                evidence=evidence,
-                probe_error=error,
+                evidence=assessment.evidence,
+                probe_error=assessment.error,
+                action=assessment.action,
                 worker=worker,
                 worker_alive=is_alive(worker, now) if worker else None,
                 chain=chains.get(job.job_id, []),
@@ -160,21 +137,21 @@ class AutoPlan:
 
 
 def auto_plan(cases: list[UnknownCase]) -> AutoPlan:
-    """The auto-reconciler's rule (``inbox.reconcile``) applied to the cases on the page: the
-    preview shows exactly what the bulk button will do, and it touches only these cases."""
+    """The auto-reconciler's rule (``inbox.reconcile.decide``, already applied to each case) on
+    the cases on the page: the preview shows exactly what the bulk button will do, and it
+    touches only these cases."""
     plan = AutoPlan()
     for case in cases:
-        ev = case.evidence
-        if not case.is_open or case.job.job_type not in svc.PROBED_TYPES or ev is None:
-            plan.skipped += 1
-        elif not ev.present:
+        if case.action == svc.CONFIRM:
             plan.confirm.append(case.job)
+        elif case.action in (svc.DIAGNOSE_NOT_APPLIED, svc.DIAGNOSE_CONFLICT):
+            assert case.evidence is not None
+            code = svc.DIAG_NOT_APPLIED if case.evidence.matches else svc.DIAG_CONFLICT
+            plan.diagnose.append((case.job, code))
+        elif case.action == svc.UNCHANGED:
+            plan.unchanged += 1
         else:
-            code = svc.DIAG_NOT_APPLIED if ev.matches else svc.DIAG_CONFLICT
-            if case.job.result_code == code:
-                plan.unchanged += 1
-            else:
-                plan.diagnose.append((case.job, code))
+            plan.skipped += 1
     return plan
 
 
@@ -283,22 +260,16 @@ class AutoOutcome:
 def _reconcile_unambiguous(*, actor: str, reason: str) -> AutoOutcome:
     """The auto-reconciler's rule on the cases the page shows, as this operator, with a reason.
 
-    Each case goes through the same service as its single-case button, which probes afresh:
-    a case whose evidence changed since the preview is refused, never decided on stale data.
+    The cases are probed afresh here (``reconcile.assess``) and decided in one set-based call
+    (``reconcile.apply``): a case that changed since the preview is refused or decided on the
+    new evidence, never on stale data.
     """
-    plan = reconcile_queue().plan
-    confirmed = act_on_each(
-        [job.job_id for job in plan.confirm],
-        lambda job_id: svc.confirm_deleted(job_id, actor=actor, reason=reason),
-    )
-    annotated = act_on_each(
-        [job.job_id for job, _code in plan.diagnose],
-        lambda job_id: svc.annotate(job_id, actor=actor, reason=reason),
-    )
+    jobs = [case.job for case in reconcile_queue().cases if case.is_open]
+    report = svc.apply(svc.assess(jobs), actor=actor, reason=reason)
     return AutoOutcome(
-        confirmed=confirmed.done,
-        annotated=annotated.done,
-        refused=confirmed.refused + annotated.refused,
+        confirmed=report.confirmed,
+        annotated=report.not_applied + report.conflict,
+        refused=[f"{job_id}: {why}" for job_id, why in report.refused],
     )
 
 

@@ -8,46 +8,38 @@ from django.http import HttpRequest
 
 from core.paging import EstimatedCountPaginator
 from inbox import transitions
-from inbox.errors import InboxError
 from inbox.jobtypes import registry
 from inbox.models import Approval, Job, JobState, ScopePause, Worker
 
 
-def _run_action(modeladmin, request: HttpRequest, queryset, label: str, call) -> None:
-    done, refused = 0, []
-    for job_id in queryset.values_list("job_id", flat=True)[:1000]:
-        try:
-            call(job_id)
-            done += 1
-        except InboxError as exc:
-            refused.append(str(exc))
-    modeladmin.message_user(request, f"{label}: {done} job(s).", messages.SUCCESS)
-    for text in refused[:20]:
-        modeladmin.message_user(request, text, messages.WARNING)
+def _report(modeladmin, request: HttpRequest, label: str, moved: transitions.Moved) -> None:
+    modeladmin.message_user(request, f"{label}: {len(moved)} job(s).", messages.SUCCESS)
+    for exc in list(moved.refused.values())[:20]:
+        modeladmin.message_user(request, str(exc), messages.WARNING)
+
+
+def _selected(queryset, state: str) -> list[str]:
+    return list(queryset.filter(state=state).values_list("job_id", flat=True)[:1000])
 
 
 @admin.action(description="Retry selected FAILED jobs", permissions=["retry"])
 def retry_failed(modeladmin, request, queryset):
-    actor = request.user.get_username()
-    _run_action(
-        modeladmin,
-        request,
-        queryset.filter(state=JobState.FAILED),
-        "Retried",
-        lambda job_id: transitions.retry_job(job_id, actor=actor, reason="admin action: retry"),
+    moved = transitions.retry_jobs(
+        _selected(queryset, JobState.FAILED),
+        actor=request.user.get_username(),
+        reason="admin action: retry",
     )
+    _report(modeladmin, request, "Retried", moved)
 
 
 @admin.action(description="Reject selected CREATED jobs", permissions=["change"])
 def reject_created(modeladmin, request, queryset):
-    actor = request.user.get_username()
-    _run_action(
-        modeladmin,
-        request,
-        queryset.filter(state=JobState.CREATED),
-        "Rejected",
-        lambda job_id: transitions.reject_job(job_id, actor=actor, reason="admin action: reject"),
+    moved = transitions.reject_jobs(
+        _selected(queryset, JobState.CREATED),
+        actor=request.user.get_username(),
+        reason="admin action: reject",
     )
+    _report(modeladmin, request, "Rejected", moved)
 
 
 class JobTypeFilter(admin.SimpleListFilter):

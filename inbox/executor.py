@@ -40,7 +40,7 @@ from django.db import connection, transaction
 from inbox import scopes as scope_service
 from inbox import transitions, workers
 from inbox.approvals import check_approval
-from inbox.dbcheck import check_worker_database
+from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError, InboxError, JobValidationError
 from inbox.handlers import DefiniteFailure, HandlerResult
 from inbox.jobtypes import JobType, registry, scopes, validate_job_document
@@ -242,7 +242,7 @@ class Executor(WorkerLoop):
     # --- the loop's hooks -------------------------------------------------------------------
 
     def setup(self) -> str:
-        described = check_worker_database()
+        described = describe_database()
         if self.scope not in scopes():
             raise ConfigurationError(
                 f"unknown scope {self.scope!r}; registered scopes: {', '.join(scopes())}"

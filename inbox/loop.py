@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from inbox import workers
+from inbox.checks import require_worker_checks
 
 DB_ERRORS = (OperationalError, InterfaceError)
 # The longest wait between turns while the database stays away.
@@ -129,7 +130,12 @@ class WorkerLoop:
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Any:
-        """Run until ``turn`` says so or a stop signal; always hand back and mark stopped."""
+        """Run until ``turn`` says so or a stop signal; always hand back and mark stopped.
+
+        The system checks a worker needs run first (``inbox.checks``): a misconfiguration is a
+        ``ConfigurationError`` before anything is registered or claimed.
+        """
+        require_worker_checks()
         description = self.setup()
         workers.register_worker(
             worker_id=self.worker_id,

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import transaction
 
+from core.clock import db_now
 from inbox import transitions, vault
 from inbox.errors import InboxError, InvalidTransition, JobNotFound
 from inbox.models import Job, JobState
@@ -64,8 +66,11 @@ def _load(job_id: str) -> Job:
     return job
 
 
-def probe_job(job: Job) -> Evidence:
-    """Probe the job's object in the vault; read-only. Raises ``VaultError`` if refused."""
+def probe_job(job: Job, *, now: dt.datetime | None = None) -> Evidence:
+    """Probe the job's object in the vault; read-only. Raises ``VaultError`` if refused.
+
+    ``now`` stamps the evidence (a page probing fifty jobs reads the clock once).
+    """
     payload = job.payload or {}
     expected = payload.get("expected_provenance_hash") or payload.get("provenance_hash")
     found = vault.probe(job.vault_path)
@@ -75,7 +80,7 @@ def probe_job(job: Job) -> Evidence:
         current_hash=found.current_hash,
         expected_hash=expected,
         matches=found.present and found.current_hash == expected,
-        probed_at=transitions.db_now(),
+        probed_at=db_now(now),
     )
 
 
@@ -192,70 +197,120 @@ class AutoReport:
         return text
 
 
-def plan_auto_reconcile() -> list[tuple[Job, Evidence | None, str]]:
-    """Every OUTCOME_UNKNOWN job with its evidence and what the auto-reconciler would do."""
-    plan: list[tuple[Job, Evidence | None, str]] = []
-    for job in Job.objects.unknown().order_by("updated_at", "job_id").iterator(chunk_size=500):
+@dataclass(frozen=True)
+class Assessment:
+    """One job, the evidence probed for it now (or why there is none), and what the rule says."""
+
+    job: Job
+    evidence: Evidence | None
+    # Why there is no evidence: no probe for the type, the vault refused the path, or the
+    # filesystem failed ("evidence unavailable"; the job waits for the next pass or a person).
+    error: str
+    action: str
+
+    @property
+    def code(self) -> str:
+        """The diagnosis a DIAGNOSE action stores."""
+        return _diagnosis(self.evidence) if self.evidence is not None else ""
+
+
+def decide(job: Job, evidence: Evidence | None) -> str:
+    """The auto-reconcile rule (DESIGN §1.7), written once: only an absent object is decided
+    (CONFIRM); a present one is annotated with its diagnosis unless it already carries it."""
+    if job.state != JobState.OUTCOME_UNKNOWN or evidence is None:
+        return SKIP
+    if not evidence.present:
+        return CONFIRM
+    code = _diagnosis(evidence)
+    if job.result_code == code:
+        return UNCHANGED
+    return DIAGNOSE_NOT_APPLIED if code == DIAG_NOT_APPLIED else DIAGNOSE_CONFLICT
+
+
+def assess(jobs: Iterable[Job], *, now: dt.datetime | None = None) -> list[Assessment]:
+    """Probe each job once (read-only) and apply ``decide``; one clock read for them all."""
+    now = db_now(now)
+    out = []
+    for job in jobs:
+        evidence, error = None, ""
         if job.job_type not in PROBED_TYPES:
-            plan.append((job, None, SKIP))
-            continue
-        try:
-            evidence = probe_job(job)
-        except vault.VaultError:
-            plan.append((job, None, SKIP))
-            continue
-        if not evidence.present:
-            action = CONFIRM
-        else:
-            code = _diagnosis(evidence)
-            if job.result_code == code:
-                action = UNCHANGED
-            else:
-                action = DIAGNOSE_NOT_APPLIED if code == DIAG_NOT_APPLIED else DIAGNOSE_CONFLICT
-        plan.append((job, evidence, action))
-    return plan
-
-
-def auto_reconcile(*, actor: str, dry_run: bool = False) -> AutoReport:
-    """Reconcile the unambiguous unknowns and annotate the rest; ``dry_run`` writes nothing."""
-    report = AutoReport()
-    for job, evidence, action in plan_auto_reconcile():
-        if action == SKIP:
-            why = (
-                "the vault refused the path"
-                if job.job_type in PROBED_TYPES
-                else f"no vault probe for {job.job_type}"
-            )
-            report.skipped.append((job.job_id, why))
-            continue
-        if action == UNCHANGED:
-            report.unchanged.append(job.job_id)
-            continue
-        assert evidence is not None
-        bucket = {
-            CONFIRM: report.confirmed,
-            DIAGNOSE_NOT_APPLIED: report.not_applied,
-            DIAGNOSE_CONFLICT: report.conflict,
-        }[action]
-        if not dry_run:
+            error = f"no vault probe for {job.job_type}"
+        elif job.state == JobState.OUTCOME_UNKNOWN:
             try:
-                if action == CONFIRM:
-                    transitions.reconcile_job(
-                        job.job_id,
-                        actor=actor,
-                        result_code=CONFIRMED_DELETED,
-                        evidence=evidence.as_detail(),
-                        reason="auto: the object is absent from the vault",
-                    )
-                else:
-                    transitions.set_result_code(
-                        job.job_id,
-                        actor=actor,
-                        result_code=_diagnosis(evidence),
-                        detail={"evidence": evidence.as_detail(), "reason": "auto-reconciler"},
-                    )
-            except InboxError as exc:
-                report.refused.append((job.job_id, str(exc)))
-                continue
-        bucket.append(job.job_id)
+                evidence = probe_job(job, now=now)
+            except vault.VaultError as exc:
+                error = f"the vault refused the path: {exc}"
+            except OSError as exc:
+                error = f"evidence unavailable: {exc.strerror or exc}"
+        out.append(Assessment(job, evidence, error, decide(job, evidence)))
+    return out
+
+
+def plan_auto_reconcile() -> list[Assessment]:
+    """Every OUTCOME_UNKNOWN job with its evidence and what the auto-reconciler would do."""
+    return assess(Job.objects.unknown().order_by("updated_at", "job_id").iterator(chunk_size=500))
+
+
+def apply(
+    assessments: Iterable[Assessment],
+    *,
+    actor: str,
+    reason: str,
+    diagnose_reason: str | None = None,
+    dry_run: bool = False,
+) -> AutoReport:
+    """Carry out what the rule decided, set-based: one guarded write for the confirmed jobs
+    and one per diagnosis code. A job that changed since it was assessed is refused (listed
+    in ``refused``), never decided on stale evidence."""
+    report = AutoReport()
+    confirm: dict[str, dict[str, Any]] = {}
+    diagnose: dict[str, dict[str, dict[str, Any]]] = {}
+    for a in assessments:
+        if a.action == SKIP:
+            report.skipped.append((a.job.job_id, a.error or f"the job is {a.job.state}"))
+        elif a.action == UNCHANGED:
+            report.unchanged.append(a.job.job_id)
+        elif a.action == CONFIRM:
+            assert a.evidence is not None
+            confirm[a.job.job_id] = a.evidence.as_detail()
+        else:
+            assert a.evidence is not None
+            detail = {"evidence": a.evidence.as_detail(), "reason": diagnose_reason or reason}
+            diagnose.setdefault(a.code, {})[a.job.job_id] = detail
+    if dry_run:
+        report.confirmed = list(confirm)
+        report.not_applied = list(diagnose.get(DIAG_NOT_APPLIED, {}))
+        report.conflict = list(diagnose.get(DIAG_CONFLICT, {}))
+        return report
+    if confirm:
+        moved = transitions.reconcile_jobs(
+            confirm, actor=actor, result_code=CONFIRMED_DELETED, reason=reason
+        )
+        report.confirmed = [job.job_id for job in moved.jobs]
+        report.refused += [(job_id, str(exc)) for job_id, exc in moved.refused.items()]
+    for code, details in diagnose.items():
+        moved = transitions.set_result_codes(details, actor=actor, result_code=code)
+        bucket = report.not_applied if code == DIAG_NOT_APPLIED else report.conflict
+        bucket += [job.job_id for job in moved.jobs]
+        report.refused += [(job_id, str(exc)) for job_id, exc in moved.refused.items()]
     return report
+
+
+def auto_reconcile(
+    *,
+    actor: str,
+    dry_run: bool = False,
+    assessments: list[Assessment] | None = None,
+) -> AutoReport:
+    """Reconcile the unambiguous unknowns and annotate the rest; ``dry_run`` writes nothing.
+
+    ``assessments`` (from ``plan_auto_reconcile``) spares a second probe of every job."""
+    if assessments is None:
+        assessments = plan_auto_reconcile()
+    return apply(
+        assessments,
+        actor=actor,
+        reason="auto: the object is absent from the vault",
+        diagnose_reason="auto-reconciler",
+        dry_run=dry_run,
+    )

@@ -11,7 +11,7 @@ from django.db import transaction
 
 from audit.events import record_event
 from audit.models import EventType
-from inbox import transitions
+from core.clock import db_now
 from inbox.errors import InboxError
 from inbox.jobtypes import scopes
 from inbox.models import ScopePause
@@ -28,7 +28,7 @@ def _set(scope: str, *, paused: bool, actor: str, reason: str) -> ScopePause:
     if not actor:
         raise InboxError("a pause or resume needs an actor")
     with transaction.atomic():
-        now = transitions.db_now()
+        now = db_now()
         row, _ = ScopePause.objects.update_or_create(
             scope=_known(scope),
             defaults={"paused": paused, "reason": reason, "changed_by": actor, "changed_at": now},

@@ -80,6 +80,7 @@ __all__ = [
     "recover_stale_claims",
     "recover_stale_claims_report",
     "reject_job",
+    "reject_jobs",
     "release_job",
     "release_jobs",
     "renew_lease",
@@ -775,20 +776,17 @@ def mark_ready(
     return moved.one()
 
 
-def reject_job(
-    job_id: str,
+def _reject(
+    held: Sequence[Held],
     *,
     actor: str,
     reason: str,
-    result_code: str = "REJECTED",
-    claim_id: str | None = None,
-    at: dt.datetime | None = None,
-) -> Job:
-    """CREATED → REJECTED (validation/approval), or a holder's CLAIMED/EXECUTING → REJECTED when
-    the authorization re-check fails right before execution. The reason is kept."""
+    result_code: str,
+    holder: bool,
+    at: dt.datetime | None,
+) -> Moved:
     if not reason:
         raise ValueError("reject_job needs a reason")
-    holder = claim_id is not None
     allowed = [S.CLAIMED, S.EXECUTING] if holder else [S.CREATED]
 
     def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
@@ -807,18 +805,57 @@ def reject_job(
         ]
 
     with transaction.atomic():
-        moved = _move(
-            [Held(job_id, claim_id)],
+        return _move(
+            held,
             to=S.REJECTED,
             allowed=allowed,
             actor=actor,
             values={"result_code": result_code, "last_error": reason, **CLEARED_CLAIM},
             events=events,
             fence="holder" if holder else None,
-            prior=lock_jobs([job_id]),
+            prior=lock_jobs(_ids(held)),
             at=at,
         )
-    return moved.one()
+
+
+def reject_jobs(
+    job_ids: Sequence[str],
+    *,
+    actor: str,
+    reason: str,
+    result_code: str = "REJECTED",
+    at: dt.datetime | None = None,
+) -> Moved:
+    """CREATED → REJECTED (validation, a denied approval, an operator); the reason is kept."""
+    return _reject(
+        [Held(job_id) for job_id in job_ids],
+        actor=actor,
+        reason=reason,
+        result_code=result_code,
+        holder=False,
+        at=at,
+    )
+
+
+def reject_job(
+    job_id: str,
+    *,
+    actor: str,
+    reason: str,
+    result_code: str = "REJECTED",
+    claim_id: str | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    """CREATED → REJECTED (see ``reject_jobs``), or with ``claim_id`` a holder's
+    CLAIMED/EXECUTING → REJECTED when the authorization re-check fails right before execution."""
+    return _reject(
+        [Held(job_id, claim_id)],
+        actor=actor,
+        reason=reason,
+        result_code=result_code,
+        holder=claim_id is not None,
+        at=at,
+    ).one()
 
 
 # --- claims and leases ------------------------------------------------------------------------

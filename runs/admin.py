@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from core.clock import db_now
 from runs import transitions
 from runs.errors import RunError
 from runs.models import Group, Member, Run, RunStatus
@@ -70,7 +71,7 @@ class RunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="effective status")
     def effective(self, obj: Run) -> str:
-        view = run_view(obj, transitions.db_now())
+        view = run_view(obj, db_now())
         return (
             f"{view.effective_status} ({view.seconds_left:.0f}s left)"
             if view.seconds_left

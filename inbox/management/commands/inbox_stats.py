@@ -8,8 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db.models import Count, Min
 
-from inbox.models import Job, JobState
 from core.clock import db_now
+from inbox.models import Job, JobState
 
 
 class Command(BaseCommand):

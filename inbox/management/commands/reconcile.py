@@ -51,18 +51,20 @@ class Command(BaseCommand):
 
     def _once(self, *, apply: bool, actor: str, quiet: bool) -> str:
         """One pass; the summary line to print (empty when a quiet pass changed nothing)."""
+        plan = reconcile.plan_auto_reconcile()
         if not quiet:
-            for job, evidence, action in reconcile.plan_auto_reconcile():
-                if evidence is None:
-                    self.stdout.write(f"{job.job_id}  {job.vault_path}  (no probe)  {action}")
+            for a in plan:
+                if a.evidence is None:
+                    why = a.error or "no probe"
+                    self.stdout.write(f"{a.job.job_id}  {a.job.vault_path}  ({why})  {a.action}")
                     continue
                 state = (
                     "absent"
-                    if not evidence.present
-                    else ("present, expected hash" if evidence.matches else "present, OTHER hash")
+                    if not a.evidence.present
+                    else ("present, expected hash" if a.evidence.matches else "present, OTHER hash")
                 )
-                self.stdout.write(f"{job.job_id}  {job.vault_path}  {state}  {action}")
-        report = reconcile.auto_reconcile(actor=actor, dry_run=not apply)
+                self.stdout.write(f"{a.job.job_id}  {a.job.vault_path}  {state}  {a.action}")
+        report = reconcile.auto_reconcile(actor=actor, dry_run=not apply, assessments=plan)
         if not quiet or report.confirmed or report.not_applied or report.conflict:
             return report.summary(dry_run=not apply)
         return ""

@@ -8,7 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inbox.dbcheck import check_worker_database
+from inbox.checks import require_worker_checks
+from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError
 from runs.errors import ConsolidatorError, RunError
 from runs.transitions import DEFAULT_LEASE_SECONDS
@@ -70,7 +71,8 @@ class Command(BaseCommand):
         if verbosity >= 2:
             logging.getLogger("runs").setLevel(logging.DEBUG)
         try:
-            description = check_worker_database()
+            require_worker_checks()
+            description = describe_database()
             worker = ConsolidatorWorker(
                 store=options["store"],
                 worker_id=options["worker_id"] or None,

@@ -1,0 +1,94 @@
+"""System checks: a misconfiguration is reported by ``manage.py check`` (and by every command,
+which runs the checks first), not by a worker halfway through its first job.
+
+- ``inbox.E001`` the job-type registry (``INBOX_JOB_TYPES``) does not load;
+- ``inbox.E002`` ``VAULT_ROOT`` exists but is not a directory;
+- ``inbox.E003`` the production profile runs with a development secret key or DEBUG on;
+- ``inbox.E010`` (tag ``workers``, needs the database) the database cannot keep claims safe
+  for worker processes (SQLite without WAL or IMMEDIATE transactions). Workers run this check
+  before they start; ``manage.py check --tag workers --database default`` runs it by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import DEFAULT_DB_ALIAS
+
+from core.errors import ConfigurationError
+from inbox.dbcheck import worker_database_problems
+from inbox.jobtypes import registry
+
+WORKERS = "workers"
+
+
+@checks.register("inbox")
+def check_job_types(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    try:
+        registry()
+    except ConfigurationError as exc:
+        return [
+            checks.Error(str(exc), hint="Fix INBOX_JOB_TYPES in the settings.", id="inbox.E001")
+        ]
+    return []
+
+
+@checks.register("inbox")
+def check_vault_root(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    root = Path(settings.VAULT_ROOT)
+    if root.exists() and not root.is_dir():
+        return [
+            checks.Error(
+                f"VAULT_ROOT {str(root)!r} exists but is not a directory",
+                hint="Point VAULT_ROOT at the vault's directory (it is created if missing).",
+                id="inbox.E002",
+            )
+        ]
+    return []
+
+
+@checks.register("inbox")
+def check_production(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if not getattr(settings, "PRODUCTION", False):
+        return []
+    problems = []
+    if settings.DEBUG:
+        problems.append("DEBUG is on")
+    if settings.SECRET_KEY.startswith("dev-only-"):
+        problems.append("SECRET_KEY is the development key")
+    return [
+        checks.Error(
+            f"CONSOLE_ENV=production but {problem}",
+            hint="Set DJANGO_SECRET_KEY to a long random value and leave DJANGO_DEBUG unset.",
+            id="inbox.E003",
+        )
+        for problem in problems
+    ]
+
+
+@checks.register(WORKERS, checks.Tags.database)
+def check_database_for_workers(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    if not databases or DEFAULT_DB_ALIAS not in databases:
+        return []
+    return [
+        checks.Error(
+            f"this SQLite database is not safe for workers: {problem}",
+            hint="Use the project's SQLITE_OPTIONS (WAL, IMMEDIATE) or PostgreSQL.",
+            id="inbox.E010",
+        )
+        for problem in worker_database_problems()
+    ]
+
+
+def require_worker_checks() -> None:
+    """Run every check a worker needs (the ``inbox`` and ``workers`` tags, with the database);
+    raise ``ConfigurationError`` naming each error."""
+    found = checks.run_checks(tags=["inbox", WORKERS], databases=[DEFAULT_DB_ALIAS])
+    errors = [m for m in found if m.level >= checks.ERROR]
+    if errors:
+        raise ConfigurationError("; ".join(f"{m.id}: {m.msg}" for m in errors))
