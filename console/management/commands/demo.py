@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from console.demo import ChildSpec, Supervisor, Trickle, manage
+from console.management.commands.seed_demo import USERS, demo_password
 
 READY_TIMEOUT = 30.0
 
@@ -182,7 +183,6 @@ class Command(BaseCommand):
         announced = {"flag": False}
 
         def announce() -> None:
-            from console.management.commands.seed_demo import USERS, demo_password
 
             web = supervisor.children[0].proc
             up = wait_until_up(

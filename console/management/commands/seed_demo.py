@@ -26,10 +26,15 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from inbox import transitions
+from inbox import transitions, vault
+from inbox.approvals import approve_delete, deny_delete
 from inbox.errors import InboxError
 from inbox.jobtypes import sha256_hex
-from inbox.models import Job, JobState
+from inbox.models import Job, JobState, Worker
+from inbox.reconcile import confirm_deleted
+from inbox.workers import beat, mark_stopped, register_worker
+from runs.models import Run
+from runs.transitions import plan_run
 
 SEED_WORKER = "seed-worker"
 LOST_WORKER = "seed-worker-lost"
@@ -125,7 +130,6 @@ def body(name: str) -> str:
 
 def write_object(vault_path: str, content: str) -> None:
     """Put an object in the vault the way the save handler does (atomic write)."""
-    from inbox import vault
 
     vault.save(vault_path, content=content, provenance_hash=sha256_hex(content))
 
@@ -164,7 +168,6 @@ class Seeder:
         return job.claim_id
 
     def approve(self, job_id: str, *, reason: str = "seeded: object is a known duplicate") -> None:
-        from inbox.approvals import approve_delete
 
         approve_delete(job_id, approver=self.approver, reason=reason)
 
@@ -261,7 +264,6 @@ class Seeder:
         )
 
         def rejected() -> None:
-            from inbox.approvals import deny_delete
 
             job_id = s.create(delete_doc("handbook", body("handbook")), requested_by="operator")
             deny_delete(job_id, approver=self.approver, reason="the handbook is still in use")
@@ -292,7 +294,6 @@ class Seeder:
         )
 
         def reconciled() -> None:
-            from inbox.reconcile import confirm_deleted
 
             s.unknown_delete("temp-upload", body("temp-upload"), vault_content=None)
             confirm_deleted(
@@ -324,8 +325,6 @@ def seed_workers() -> list[str]:
     """Heartbeat rows for the seed's workers: one that stopped cleanly, one that died holding
     jobs (it goes silent now, so within seconds the console shows it dead while the leases
     of its jobs still run). Rows that exist are left alone."""
-    from inbox.models import Worker
-    from inbox.workers import beat, mark_stopped, register_worker
 
     made = []
     if not Worker.objects.filter(worker_id=SEED_WORKER).exists():
@@ -348,11 +347,9 @@ def seed_workers() -> list[str]:
 
 def seed_stuck_run() -> str | None:
     """A run on ``archive`` whose owner died with a long lease: an operator closes it."""
-    from runs.models import Run
 
     if Run.objects.filter(store=STUCK_STORE).exists():
         return None  # seeded once already (maybe closed since): leave its history alone
-    from runs.transitions import plan_run
 
     # Ten minutes: long enough to need an operator, short enough to watch the bar move.
     run = plan_run(store=STUCK_STORE, owner="seed-consolidator-gone", lease_seconds=600)
