@@ -17,5 +17,10 @@ class DomainError(Exception):
     """Base of every refusal of the inbox and the runs (``InboxError``, ``RunError``)."""
 
 
+class Busy(DomainError):
+    """The row is locked by another transaction right now (a worker mid-step, or frozen); the
+    caller gave up within its bound instead of waiting. Nothing was written; try again."""
+
+
 class ConfigurationError(ImproperlyConfigured):
     """Settings or the database are not fit for what was asked; the message says what to fix."""

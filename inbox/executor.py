@@ -27,6 +27,7 @@ finishes, claimed-but-not-begun jobs are released, and ``run`` returns normally.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -470,7 +471,8 @@ class Executor(WorkerLoop):
         targets.update({o.job.job_id: o.to for o in outcomes})
 
         def both() -> tuple[Moved, Moved]:
-            with transaction.atomic():
+            # One transaction for both steps; a lone step needs no outer one (no savepoint).
+            with transaction.atomic() if outcomes and ready else contextlib.nullcontext():
                 finished = (
                     transitions.finish_jobs(outcomes, actor=self.worker_id) if outcomes else Moved()
                 )

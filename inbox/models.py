@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -76,7 +77,9 @@ class Job(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     attempt_count = models.PositiveIntegerField(default=0)
-    max_attempts = models.PositiveIntegerField(default=5)
+    max_attempts = models.PositiveIntegerField(default=5, validators=[MinValueValidator(1)])
+    # Not claimed before this time (deferred tasks, retry backoff, scheduled jobs); null: now.
+    run_after = models.DateTimeField(null=True, blank=True)
     result_code = models.CharField(max_length=64, blank=True, default="")
     # Why a job was rejected or failed; kept for operators.
     last_error = models.TextField(blank=True, default="")
@@ -113,6 +116,12 @@ class Job(models.Model):
             models.Index(fields=["object_id"], name="job_object_idx"),
             models.Index(fields=["mission_id"], name="job_mission_idx"),
             models.Index(fields=["worker_id"], name="job_worker_idx"),
+        ]
+        constraints = [
+            # A job with no attempt to give could never run: refused by the database too.
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="job_max_attempts_at_least_one"
+            ),
         ]
         permissions = [
             ("approve_delete", "Can approve or deny DELETE jobs"),

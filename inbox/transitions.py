@@ -19,6 +19,7 @@ else writes these fields, and nothing else issues an UPDATE of the job table.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -54,6 +55,7 @@ from inbox.models import HELD_STATES, Job, JobState
 
 __all__ = [
     "EDITABLE_FIELDS",
+    "Created",
     "Held",
     "Moved",
     "Outcome",
@@ -61,10 +63,13 @@ __all__ = [
     "begin_job",
     "begin_jobs",
     "build_job",
+    "cancel_job",
+    "cancel_jobs",
     "claim_job",
     "claim_next_jobs",
     "complete_job",
     "create_job",
+    "create_jobs",
     "db_now",
     "edit_job_fields",
     "fail_job",
@@ -207,134 +212,195 @@ def _move(
     allowed: Iterable[str],
     actor: str,
     events: EventsFor,
-    values: Mapping[str, Any] | None = None,
+    values: Mapping[str, Any] | Callable[[dt.datetime], Mapping[str, Any]] | None = None,
     fence: Fence | None = None,
     lease: LeaseGuard | None = None,
     seal: bool = True,
-    prior: Mapping[str, Job] | None = None,
+    prior: Callable[[], Mapping[str, Job]] | None = None,
+    pick: Callable[[dt.datetime, list[str]], list[str]] | None = None,
     check: Callable[[Job, dt.datetime], None] | None = None,
     fail_closed: bool = False,
     full: bool = True,
     why: str = "",
-    refusal: Callable[[Job, Held], InboxError | None] | None = None,
+    refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None = None,
     at: dt.datetime | None = None,
 ) -> Moved:
     """Move ``held`` rows ``allowed`` → ``to`` (None: the state stays) in one guarded UPDATE.
 
+    One transaction (a savepoint when the caller already holds one) per attempt:
     - ``fence``: "holder" — the row's ``claim_id`` must be the caller's, else ``LostClaim``
       and a STALE_WRITE_REJECTED event; "observed" — it must still be the claim the caller saw.
     - ``lease``: the lease must still run ("running") or have lapsed ("lapsed") at ``now``.
-    - ``seal``: the fingerprint must still hold (recomputed from what the UPDATE returns);
-      a drift is refused, recorded once, and the rest of the batch goes on — or, with
-      ``fail_closed``, the whole batch is undone with nothing written (``Moved.undone``).
-    - ``prior``: the rows as read under lock in this transaction (``lock_jobs``), for callers
-      whose events or ``check`` need the values before the write; the refusals are then named
-      from them before the UPDATE.
+    - ``seal``: the fingerprint must still hold (recomputed from what the UPDATE returns); a
+      drift undoes the attempt, is recorded once, and the others are moved in a new attempt —
+      or, with ``fail_closed``, ``_BatchDrift`` is raised and the caller drops the whole batch.
+    - ``prior``: reads the rows under lock first (``lock_jobs``), for transitions whose events
+      or ``check`` need the values before the write; refusals are then named from them.
+    - ``pick``: chooses the ids inside the transaction instead of ``held`` (the claim), given
+      ``now`` and the ids to leave out.
+    - ``values``: the field effects, or a function of ``now`` giving them.
     - ``full``: return whole rows (payload included); otherwise only the seal's columns and the
-      assigned ones (the executor's batches update their own copies).
+      assigned ones (the executor's batches update their own copies in place).
     - ``why`` names a failed lease/observed-claim guard; ``refusal`` lets a caller name a
       refusal its own way (``renew_leases``).
     """
     allowed = tuple(allowed)
-    assigned = dict(values or {})
     result = Moved()
-    if not held:
+    if not held and pick is None:
         return result
+    refused: dict[str, InboxError] = {}
+    drifted: list[Job] = []
+    excluded: list[str] = []
+    while True:
+        try:
+            with transaction.atomic():
+                attempt = _attempt(
+                    held,
+                    excluded,
+                    to=to,
+                    allowed=allowed,
+                    events=events,
+                    values=values,
+                    fence=fence,
+                    lease=lease,
+                    seal=seal,
+                    prior=prior,
+                    pick=pick,
+                    check=check,
+                    full=full,
+                    why=why,
+                    refusal=refusal,
+                    at=at,
+                )
+        except _BatchDrift as exc:
+            if fail_closed:
+                raise
+            for job in Job.objects.filter(job_id__in=exc.job_ids):
+                refused[job.job_id] = ImmutableFieldDrift(
+                    job.job_id, job.fingerprint, fingerprint_of(job)
+                )
+                drifted.append(job)
+            excluded += exc.job_ids
+            continue
+        break
+    rows, attempt_refused, stale, attempt_drifted, targets = attempt
+    refused.update(attempt_refused)
+    # Refusals are written after the transition's own transaction: nothing of it is kept.
+    for job, item in stale:
+        _record_stale_write(job, to or job.state, item.claim_id or "", actor, at)
+    for job in [*drifted, *attempt_drifted]:
+        _record_drift(job, to or job.state, actor, at)
+    for item in targets:
+        if item.job_id in rows:
+            result.add(item.job_id)
+            result.jobs.append(rows[item.job_id][0])
+        elif item.job_id in refused:
+            result.refused[item.job_id] = refused[item.job_id]
+    for job_id in excluded:
+        result.refused.setdefault(job_id, refused[job_id])
+    return result
+
+
+def _attempt(
+    held: Sequence[Held],
+    excluded: list[str],
+    *,
+    to: str | None,
+    allowed: tuple[str, ...],
+    events: EventsFor,
+    values: Mapping[str, Any] | Callable[[dt.datetime], Mapping[str, Any]] | None,
+    fence: Fence | None,
+    lease: LeaseGuard | None,
+    seal: bool,
+    prior: Callable[[], Mapping[str, Job]] | None,
+    pick: Callable[[dt.datetime, list[str]], list[str]] | None,
+    check: Callable[[Job, dt.datetime], None] | None,
+    full: bool,
+    why: str,
+    refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None,
+    at: dt.datetime | None,
+) -> tuple[
+    dict[str, tuple[Job, Job | None]],
+    dict[str, InboxError],
+    list[tuple[Job, Held]],
+    list[Job],
+    list[Held],
+]:
+    """One attempt of ``_move`` inside its transaction: (moved rows with their prior row,
+    refusals, stale holders to record, drifts to record, the rows aimed at, in order)."""
+    now = db_now(at)
+    assigned = dict(values(now) if callable(values) else values or {})
+    if pick is not None:
+        held = [Held(job_id) for job_id in pick(now, excluded)]
+    targets = [item for item in held if item.job_id not in excluded]
     refused: dict[str, InboxError] = {}
     stale: list[tuple[Job, Held]] = []
     drifted: list[Job] = []
     rows: dict[str, tuple[Job, Job | None]] = {}
-    with transaction.atomic():
-        now = db_now(at)
-        targets = list(held)
-        if prior is not None:
-            targets = []
-            for item in held:
-                before = prior.get(item.job_id)
-                error = _refusal(before, item, to, allowed, fence, lease, seal, now, why, refusal)
-                if error is None and check is not None:
-                    try:
-                        check(before, now)
-                    except InvalidTransition as exc:
-                        error = exc
-                if error is None:
-                    targets.append(item)
-                    continue
-                refused[item.job_id] = error
-                if _is_stale(error, before, item, allowed, fence):
-                    stale.append((before, item))
-                elif isinstance(error, ImmutableFieldDrift) and before is not None:
-                    drifted.append(before)
-        while targets:
-            try:
-                with transaction.atomic():
-                    returned = _update(
-                        targets,
-                        to=to,
-                        allowed=allowed,
-                        values=assigned,
-                        fence=fence,
-                        lease=lease,
-                        seal=seal,
-                        full=full,
-                        now=now,
-                    )
-                    bad = [job for job in returned.values() if seal and not _sealed(job)]
-                    if bad:
-                        raise _BatchDrift([job.job_id for job in bad])
-            except _BatchDrift as exc:
-                if fail_closed:
-                    raise
-                for job_id in exc.job_ids:
-                    current = Job.objects.filter(job_id=job_id).first()
-                    refused[job_id] = ImmutableFieldDrift(
-                        job_id, current.fingerprint, fingerprint_of(current)
-                    )
-                    drifted.append(current)
-                targets = [t for t in targets if t.job_id not in exc.job_ids]
+    before_rows = prior() if prior is not None else {}
+    candidates = targets
+    if prior is not None:
+        candidates = []
+        for item in targets:
+            before = before_rows.get(item.job_id)
+            error = _refusal(before, item, to, allowed, fence, lease, seal, now, why, refusal)
+            if error is None and check is not None:
+                try:
+                    check(before, now)
+                except InvalidTransition as exc:
+                    error = exc
+            if error is None:
+                candidates.append(item)
                 continue
-            for item in targets:
-                after = returned.get(item.job_id)
-                if after is not None:
-                    rows[item.job_id] = (after, (prior or {}).get(item.job_id))
-            missing = [t for t in targets if t.job_id not in returned]
-            if missing:
-                if prior is not None:
-                    for item in missing:
-                        refused[item.job_id] = _invalid(item.job_id, prior[item.job_id], to)
-                else:
-                    current = {j.job_id: j for j in Job.objects.filter(job_id__in=_ids(missing))}
-                    for item in missing:
-                        job = current.get(item.job_id)
-                        error = _refusal(
-                            job, item, to, allowed, fence, lease, seal, now, why, refusal
-                        ) or _invalid(item.job_id, job, to)
-                        refused[item.job_id] = error
-                        if _is_stale(error, job, item, allowed, fence):
-                            stale.append((job, item))
-                        elif isinstance(error, ImmutableFieldDrift) and job is not None:
-                            drifted.append(job)
-            break
-        moved_events: list[Event] = []
-        for item in held:
-            if item.job_id in rows:
-                after, before = rows[item.job_id]
-                moved_events.extend(events(after, before, now))
-        record_events(moved_events)
-    # Refusals are written after the transition's own transaction: nothing of it is kept.
-    for job, item in stale:
-        _record_stale_write(job, to or job.state, item.claim_id or "", actor, at)
-    for job in drifted:
-        _record_drift(job, to or job.state, actor, at)
-    for item in held:
+            refused[item.job_id] = error
+            if _is_stale(error, before, item, allowed, fence):
+                stale.append((before, item))
+            elif isinstance(error, ImmutableFieldDrift) and before is not None:
+                drifted.append(before)
+    if candidates:
+        returned = _update(
+            candidates,
+            to=to,
+            allowed=allowed,
+            values=assigned,
+            fence=fence,
+            lease=lease,
+            seal=seal,
+            full=full,
+            now=now,
+        )
+        bad = [job_id for job_id, row in returned.items() if seal and not _sealed(row)]
+        if bad:
+            raise _BatchDrift(bad)
+        changed = [*assigned, "state", "updated_at"]
+        for item in candidates:
+            row = returned.get(item.job_id)
+            if row is not None:
+                after = _job_of(row) if item.job is None else _into(item.job, row, changed)
+                rows[item.job_id] = (after, before_rows.get(item.job_id))
+        missing = [item for item in candidates if item.job_id not in returned]
+        if missing and prior is not None:
+            for item in missing:
+                refused[item.job_id] = _invalid(item.job_id, before_rows[item.job_id], to)
+        elif missing:
+            current = {j.job_id: j for j in Job.objects.filter(job_id__in=_ids(missing))}
+            for item in missing:
+                job = current.get(item.job_id)
+                error = _refusal(
+                    job, item, to, allowed, fence, lease, seal, now, why, refusal
+                ) or _invalid(item.job_id, job, to)
+                refused[item.job_id] = error
+                if _is_stale(error, job, item, allowed, fence):
+                    stale.append((job, item))
+                elif isinstance(error, ImmutableFieldDrift) and job is not None:
+                    drifted.append(job)
+    moved_events: list[Event] = []
+    for item in targets:
         if item.job_id in rows:
-            after = rows[item.job_id][0]
-            job = _into(item.job, after, assigned, full) if item.job is not None else after
-            result.add(item.job_id)
-            result.jobs.append(job)
-        elif item.job_id in refused:
-            result.refused[item.job_id] = refused[item.job_id]
-    return result
+            after, before = rows[item.job_id]
+            moved_events.extend(events(after, before, now))
+    record_events(moved_events)
+    return rows, refused, stale, drifted, targets
 
 
 def _ids(items: Iterable[Held]) -> list[str]:
@@ -351,14 +417,14 @@ def _refusal(
     seal: bool,
     now: dt.datetime,
     why: str,
-    refusal: Callable[[Job, Held], InboxError | None] | None,
+    refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None,
 ) -> InboxError | None:
     """Why ``job`` (as stored now) may not move, or None. The order is the contract: a stale
     holder hears that it lost the claim whatever state the new holder moved the job to."""
     if job is None:
         return JobNotFound(item.job_id)
     target = to or job.state
-    if refusal is not None and (error := refusal(job, item)) is not None:
+    if refusal is not None and (error := refusal(job, item, now)) is not None:
         return error
     if fence == "holder" and job.claim_id != item.claim_id:
         holder = job.worker_id or "nobody"
@@ -404,11 +470,6 @@ def _invalid(job_id: str, job: Job | None, to: str | None) -> InboxError:
     return InvalidTransition(job_id, job.state, to or job.state, "lost a race")
 
 
-def _sealed(job: Job) -> bool:
-    """The seal check on a returned row (its ``state`` is already the new one)."""
-    return not job.fingerprint or job.fingerprint == fingerprint_of(job)
-
-
 def _seal_payload_sql() -> str:
     """Only the payload keys a seal needs: a SAVE's payload carries its content (megabytes)."""
     if connection.vendor == "postgresql":
@@ -429,7 +490,7 @@ def _update(
     seal: bool,
     full: bool,
     now: dt.datetime,
-) -> dict[str, Job]:
+) -> dict[str, list[Any]]:
     """The UPDATE itself: every guard in its WHERE clause; the returned rows by id."""
     assignments = dict(values)
     if to is not None:
@@ -460,7 +521,7 @@ def _update(
     sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)} {_returning(full)}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return _jobs_from(cursor)
+        return _rows_from(cursor)
 
 
 def _assign(assignments: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
@@ -493,42 +554,58 @@ def _pairs_sql() -> str:
 
 
 def _returning(full: bool) -> str:
+    """Every column in model order; without ``full`` the payload is only its sealed keys."""
     if full:
         return f"RETURNING {', '.join(_COLUMNS)}"
-    columns = [c for c in _COLUMNS if c != "payload"]
-    return f"RETURNING {', '.join(columns)}, {_seal_payload_sql()} AS payload"
+    columns = [f"{_seal_payload_sql()} AS payload" if c == "payload" else c for c in _COLUMNS]
+    return f"RETURNING {', '.join(columns)}"
 
 
-_DATETIMES = {
-    f.column for f in Job._meta.concrete_fields if f.get_internal_type() == "DateTimeField"
-}
+_DATETIMES = tuple(
+    i for i, f in enumerate(Job._meta.concrete_fields) if f.get_internal_type() == "DateTimeField"
+)
+_INDEX = {f.attname: i for i, f in enumerate(Job._meta.concrete_fields)}
+_PAYLOAD = _INDEX["payload"]
+_FINGERPRINT = _INDEX["fingerprint"]
+_JOB_ID = _INDEX["job_id"]
 
 
-def _jobs_from(cursor) -> dict[str, Job]:
-    """Jobs built from RETURNING rows (SQLite hands back text for datetimes and JSON)."""
-    names = [col[0] for col in cursor.description]
-    jobs: dict[str, Job] = {}
-    for row in cursor.fetchall():
-        data = dict(zip(names, row, strict=True))
-        for name in _DATETIMES:
-            if data.get(name) is not None:
-                data[name] = parse_sqlite_datetime(data[name])  # aware, from text or naive
-        if isinstance(data.get("payload"), str):
-            data["payload"] = json.loads(data["payload"])
-        job = Job(**data)
-        job._state.adding = False
-        jobs[job.job_id] = job
-    return jobs
+def _rows_from(cursor) -> dict[str, list[Any]]:
+    """RETURNING rows by id, columns in model order, datetimes aware and JSON parsed (SQLite
+    hands back naive datetimes and JSON text)."""
+    rows: dict[str, list[Any]] = {}
+    for raw in cursor.fetchall():
+        row = list(raw)
+        for i in _DATETIMES:
+            if row[i] is not None:
+                row[i] = parse_sqlite_datetime(row[i])
+        if isinstance(row[_PAYLOAD], str):
+            row[_PAYLOAD] = json.loads(row[_PAYLOAD])
+        rows[row[_JOB_ID]] = row
+    return rows
 
 
-def _into(mine: Job, after: Job, assigned: Mapping[str, Any], full: bool) -> Job:
-    """Bring the caller's copy up to date with the row the UPDATE returned."""
-    names = [f.attname for f in Job._meta.concrete_fields]
-    if not full:
-        names = [n for n in names if n != "payload"]
+def _job_of(row: list[Any]) -> Job:
+    job = Job(*row)
+    job._state.adding = False
+    job._state.db = "default"
+    return job
+
+
+def _into(mine: Job, row: list[Any], names: Iterable[str]) -> Job:
+    """Bring the caller's copy up to date with what the UPDATE wrote."""
     for name in names:
-        setattr(mine, name, getattr(after, name))
+        setattr(mine, name, row[_INDEX[name]])
     return mine
+
+
+def _sealed(row: list[Any]) -> bool:
+    """The seal check on a returned row (its ``state`` is already the new one)."""
+    sealed = row[_FINGERPRINT]
+    if not sealed:
+        return True
+    columns = {name: row[_INDEX[name]] for name in IMMUTABLE_COLUMNS}
+    return sealed == compute_fingerprint(columns=columns, payload=row[_PAYLOAD] or {})
 
 
 def _record_drift(job: Job, to_state: str, actor: str, at: dt.datetime | None) -> None:
@@ -703,6 +780,183 @@ def create_job(
     return job, True
 
 
+@dataclass
+class Created:
+    """What ``create_jobs`` did with each document, by its position in the input."""
+
+    # position → the stored job (created now, or the existing one a safe replay returned)
+    created: dict[int, Job] = field(default_factory=dict)
+    replayed: dict[int, Job] = field(default_factory=dict)
+    # position → the refusal (validation problems, an idempotency conflict)
+    refused: dict[int, InboxError] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+
+_INSERT_COLUMNS = (
+    "job_id",
+    "job_version",
+    "mission_id",
+    "job_type",
+    "scope",
+    "object_id",
+    "vault_path",
+    "payload",
+    "idempotency_key",
+    "requested_by",
+    "max_attempts",
+    "supersedes",
+    "state",
+    "fingerprint",
+    "run_after",
+    "created_at",
+    "updated_at",
+)
+
+
+def create_jobs(
+    documents: Sequence[Any],
+    *,
+    requested_by: str,
+    all_or_nothing: bool = False,
+    at: dt.datetime | None = None,
+) -> Created:
+    """Validate and store many jobs in one transaction: ``create_job``'s validation,
+    idempotency, sealing and audit, with one INSERT for the jobs and one for their events.
+
+    Every document is validated first; each refusal is listed by position. With
+    ``all_or_nothing`` any refusal (a problem or a conflict) stores nothing. A document whose
+    ``job_id`` or ``idempotency_key`` is already stored — or appears earlier in the same batch
+    — with the same content is a safe replay; with other content it is refused as a conflict.
+    The jobs' ``created_at`` is the batch's database time plus one microsecond per position,
+    so the claim order is the input order.
+    """
+    result = Created()
+    built: dict[int, tuple[Job, list[Event]]] = {}
+    for position, data in enumerate(documents):
+        try:
+            built[position] = build_job(data, requested_by=requested_by, at=at)
+        except InboxError as exc:
+            result.refused[position] = exc
+    if all_or_nothing and result.refused:
+        return result
+    # The same key twice in one batch: the first stands; a twin replays it, a variant conflicts.
+    first: dict[str, int] = {}
+    fresh: dict[int, tuple[Job, list[Event]]] = {}
+    twins: dict[int, int] = {}  # a position → the earlier position it replays
+    for position, (job, events) in built.items():
+        earlier = first.get(job.job_id, first.get(job.idempotency_key))
+        if earlier is None:
+            first[job.job_id] = first[job.idempotency_key] = position
+            fresh[position] = (job, events)
+            continue
+        twin = built[earlier][0]
+        same = (twin.job_id, twin.idempotency_key, twin.payload) == (
+            job.job_id,
+            job.idempotency_key,
+            job.payload,
+        )
+        if same:
+            twins[position] = earlier
+        else:
+            key = job.idempotency_key if twin.idempotency_key == job.idempotency_key else ""
+            result.refused[position] = IdempotencyConflict(key or job.job_id, twin.job_id)
+    if all_or_nothing and result.refused:
+        return result
+    with transaction.atomic():
+        now = db_now(at)
+        stamps = {position: now + dt.timedelta(microseconds=n) for n, position in enumerate(fresh)}
+        for position, (job, _events) in fresh.items():
+            job.created_at = job.updated_at = stamps[position]
+        inserted = _insert_jobs([job for job, _events in fresh.values()])
+        events: list[Event] = []
+        for position, (job, job_events) in fresh.items():
+            if job.job_id in inserted:
+                job._state.adding = False
+                result.created[position] = job
+                events += [
+                    Event(
+                        e.event_type,
+                        e.actor,
+                        e.job_id,
+                        e.run_id,
+                        e.result_code,
+                        e.detail,
+                        stamps[position],
+                    )
+                    for e in job_events
+                ]
+        record_events(events)
+        stored = {job.job_id: job for job in result.created.values()}
+        for position, (job, _events) in fresh.items():
+            if job.job_id not in inserted:
+                try:
+                    stored[job.job_id] = result.replayed[position] = _existing_for_replay(job)
+                except IdempotencyConflict as exc:
+                    result.refused[position] = exc
+        # A twin within the batch replays whatever its first occurrence became.
+        for position, earlier in twins.items():
+            if earlier in result.refused:
+                result.refused[position] = result.refused[earlier]
+            else:
+                result.replayed[position] = stored[built[earlier][0].job_id]
+        if all_or_nothing and result.refused:
+            transaction.set_rollback(True)
+            result.created.clear()
+    return result
+
+
+def _insert_jobs(jobs: list[Job]) -> set[str]:
+    """One INSERT of ``jobs``; the ids actually stored (a key already present is skipped)."""
+    if not jobs:
+        return set()
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = []
+    for job in jobs:
+        row = {c: getattr(job, c) for c in _INSERT_COLUMNS}
+        for name in ("run_after", "created_at", "updated_at"):
+            if row[name] is not None:
+                row[name] = str(adapt(row[name]))
+        rows.append(row)
+    columns = ", ".join(_INSERT_COLUMNS)
+    table = connection.ops.quote_name(Job._meta.db_table)
+    if connection.vendor == "postgresql":
+        types = {
+            "job_version": "integer",
+            "max_attempts": "integer",
+            "payload": "jsonb",
+            "run_after": "timestamptz",
+            "created_at": "timestamptz",
+            "updated_at": "timestamptz",
+        }
+        spec = ", ".join(f"{c} {types.get(c, 'text')}" for c in _INSERT_COLUMNS)
+        source = f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS x({spec})"
+        # attempt_count and the claim columns take their defaults.
+        extra = ", attempt_count, worker_id, claim_id, result_code, last_error, note"
+        sql = (
+            f"INSERT INTO {table} ({columns}{extra}) "
+            f"SELECT *, 0, '', '', '', '', '' FROM ({source}) AS s "
+            "ON CONFLICT DO NOTHING RETURNING job_id"
+        )
+    else:
+        picks = ", ".join(
+            f"json_extract(value, '$.{c}')"
+            if c != "payload"
+            else "json(json_extract(value, '$.payload'))"
+            for c in _INSERT_COLUMNS
+        )
+        sql = (
+            f"INSERT INTO {table} ({columns}, attempt_count, worker_id, claim_id, result_code, "
+            f"last_error, note) SELECT {picks}, 0, '', '', '', '', '' FROM json_each(%s) "
+            "WHERE true ORDER BY key ON CONFLICT DO NOTHING RETURNING job_id"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [json.dumps(rows)])
+        return {row[0] for row in cursor.fetchall()}
+
+
 def _existing_for_replay(new: Job) -> Job:
     matches = list(
         Job.objects.filter(Q(job_id=new.job_id) | Q(idempotency_key=new.idempotency_key))
@@ -769,7 +1023,7 @@ def mark_ready(
             actor=actor,
             values={"approval_id": attach, "fingerprint": sealed},
             events=events,
-            prior=prior,
+            prior=lambda: prior,
             check=check,
             at=at,
         )
@@ -804,18 +1058,17 @@ def _reject(
             )
         ]
 
-    with transaction.atomic():
-        return _move(
-            held,
-            to=S.REJECTED,
-            allowed=allowed,
-            actor=actor,
-            values={"result_code": result_code, "last_error": reason, **CLEARED_CLAIM},
-            events=events,
-            fence="holder" if holder else None,
-            prior=lock_jobs(_ids(held)),
-            at=at,
-        )
+    return _move(
+        held,
+        to=S.REJECTED,
+        allowed=allowed,
+        actor=actor,
+        values={"result_code": result_code, "last_error": reason, **CLEARED_CLAIM},
+        events=events,
+        fence="holder" if holder else None,
+        prior=lambda: lock_jobs(_ids(held)),
+        at=at,
+    )
 
 
 def reject_jobs(
@@ -898,7 +1151,8 @@ def claim_next_jobs(
     limit: int = 1,
     at: dt.datetime | None = None,
 ) -> list[Job]:
-    """Claim up to ``limit`` READY jobs of ``scope`` in claim order, atomically.
+    """Claim up to ``limit`` READY jobs of ``scope`` in claim order, atomically; a job whose
+    ``run_after`` is still ahead waits.
 
     The ids are picked in claim order — on PostgreSQL with FOR UPDATE SKIP LOCKED, so
     concurrent claimers take different rows; SQLite's IMMEDIATE transaction serialises them —
@@ -909,50 +1163,42 @@ def claim_next_jobs(
         raise ValueError(f"limit must be at least 1, got {limit}")
     if not worker_id:
         raise ValueError("claim_next_jobs needs a worker_id")
-    claimed: list[Job] = []
-    with transaction.atomic():
-        now = db_now(at)
-        lease_until = _lease(now, lease_seconds)
-        skip: list[str] = []
-        for _round in range(3):
-            qs = Job.objects.filter(state=S.READY, scope=scope).order_by("created_at", "job_id")
-            if skip:
-                qs = qs.exclude(job_id__in=skip)
-            qs = locked(qs, skip_locked=True)
-            wanted = limit - len(claimed)
-            ids = list(qs.values_list("job_id", flat=True)[:wanted])
-            moved = _move(
-                [Held(job_id) for job_id in ids],
-                to=S.CLAIMED,
-                allowed=[S.READY],
-                actor=worker_id,
-                values=_claim_values(worker_id, now, lease_until),
-                events=_claim_events(worker_id),
-                at=now,
-            )
-            claimed += moved.jobs
-            skip += list(moved.refused)
-            if len(ids) < wanted or not moved.refused:
-                break
-    return claimed
+
+    def pick(now: dt.datetime, skip: list[str]) -> list[str]:
+        qs = (
+            Job.objects.filter(state=S.READY, scope=scope)
+            .filter(Q(run_after__isnull=True) | Q(run_after__lte=now))
+            .order_by("created_at", "job_id")
+        )
+        if skip:
+            qs = qs.exclude(job_id__in=skip)
+        return list(locked(qs, skip_locked=True).values_list("job_id", flat=True)[:limit])
+
+    return _move(
+        [],
+        to=S.CLAIMED,
+        allowed=[S.READY],
+        actor=worker_id,
+        values=lambda now: _claim_values(worker_id, now, _lease(now, lease_seconds)),
+        events=_claim_events(worker_id),
+        pick=pick,
+        at=at,
+    ).jobs
 
 
 def claim_job(
     job_id: str, *, worker_id: str, lease_seconds: int, at: dt.datetime | None = None
 ) -> Job:
     """Claim one named READY job."""
-    with transaction.atomic():
-        now = db_now(at)
-        moved = _move(
-            [Held(job_id)],
-            to=S.CLAIMED,
-            allowed=[S.READY],
-            actor=worker_id,
-            values=_claim_values(worker_id, now, _lease(now, lease_seconds)),
-            events=_claim_events(worker_id),
-            at=now,
-        )
-    return moved.one()
+    return _move(
+        [Held(job_id)],
+        to=S.CLAIMED,
+        allowed=[S.READY],
+        actor=worker_id,
+        values=lambda now: _claim_values(worker_id, now, _lease(now, lease_seconds)),
+        events=_claim_events(worker_id),
+        at=at,
+    ).one()
 
 
 def renew_leases(
@@ -966,7 +1212,7 @@ def renew_leases(
     refused (``LostClaim``) and the worker must stop working on that job."""
     actor = actor or "worker"
 
-    def refusal(job: Job, item: Held) -> InboxError | None:
+    def refusal(job: Job, item: Held, now: dt.datetime) -> InboxError | None:
         if job.claim_id == item.claim_id and job.state in HELD_STATES:
             if job.lease_until is None or job.lease_until < now:
                 lapsed = job.lease_until.isoformat() if job.lease_until else "never set"
@@ -990,23 +1236,20 @@ def renew_leases(
         detail = {"claim_id": job.claim_id, "lease_until": job.lease_until.isoformat()}
         return [Event(EventType.LEASE_RENEWED, actor, job_id=job.job_id, detail=detail, at=now)]
 
-    with transaction.atomic():
-        now = db_now(at)
-        moved = _move(
-            held,
-            to=None,
-            allowed=HELD_STATES,
-            actor=actor,
-            values={"lease_until": _lease(now, lease_seconds)},
-            events=events,
-            fence="holder",
-            lease="running",
-            seal=False,
-            full=False,
-            refusal=refusal,
-            at=now,
-        )
-    return moved
+    return _move(
+        held,
+        to=None,
+        allowed=HELD_STATES,
+        actor=actor,
+        values=lambda now: {"lease_until": _lease(now, lease_seconds)},
+        events=events,
+        fence="holder",
+        lease="running",
+        seal=False,
+        full=False,
+        refusal=refusal,
+        at=at,
+    )
 
 
 def renew_lease(
@@ -1079,23 +1322,22 @@ def _begin(
     full: bool,
     at: dt.datetime | None,
 ) -> Moved:
-    with transaction.atomic():
-        now = db_now(at)
-        values = {} if lease_seconds is None else {"lease_until": _lease(now, lease_seconds)}
-        return _move(
-            held,
-            to=S.EXECUTING,
-            allowed=[S.CLAIMED],
-            actor=actor,
-            values=values,
-            events=_begin_events(actor, authorized),
-            fence="holder",
-            lease="running" if lease_seconds is not None else None,
-            fail_closed=fail_closed,
-            full=full,
-            why="the lease lapsed before the job began",
-            at=now,
-        )
+    return _move(
+        held,
+        to=S.EXECUTING,
+        allowed=[S.CLAIMED],
+        actor=actor,
+        values=lambda now: (
+            {} if lease_seconds is None else {"lease_until": _lease(now, lease_seconds)}
+        ),
+        events=_begin_events(actor, authorized),
+        fence="holder",
+        lease="running" if lease_seconds is not None else None,
+        fail_closed=fail_closed,
+        full=full,
+        why="the lease lapsed before the job began",
+        at=at,
+    )
 
 
 def begin_jobs(
@@ -1213,9 +1455,10 @@ def _finish(
         groups.setdefault((outcome.to, outcome.result_code, outcome.error), []).append(outcome)
     by_id = {o.job.job_id: o for o in outcomes}
     result = Moved()
-    with transaction.atomic():
-        now = db_now(at)
-        # One UPDATE per distinct outcome (usually one); the events follow the input order.
+    # One UPDATE per distinct outcome, usually one; several share one transaction and clock.
+    several = len(groups) > 1
+    with transaction.atomic() if several else contextlib.nullcontext():
+        now = db_now(at) if several else at
         parts: dict[str, Moved] = {}
         for (to, result_code, error), group in groups.items():
             values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
@@ -1499,7 +1742,7 @@ def recover_stale_claims_report(
                         events=_recovery_events(actor, to),
                         fence="observed",
                         lease="lapsed",
-                        prior={job.job_id: job for job in part},
+                        prior=lambda part=part: {job.job_id: job for job in part},
                         why="the lease was renewed or the claim changed meanwhile",
                         at=now,
                     )
@@ -1544,22 +1787,70 @@ def retry_jobs(
             )
         ]
 
-    with transaction.atomic():
-        return _move(
-            [Held(job_id) for job_id in job_ids],
-            to=S.READY,
-            allowed=[S.FAILED],
-            actor=actor,
-            values={**CLEARED_CLAIM, "attempt_count": 0, "result_code": ""},
-            events=events,
-            prior=lock_jobs(job_ids),
-            at=at,
-        )
+    return _move(
+        [Held(job_id) for job_id in job_ids],
+        to=S.READY,
+        allowed=[S.FAILED],
+        actor=actor,
+        values={**CLEARED_CLAIM, "attempt_count": 0, "result_code": ""},
+        events=events,
+        prior=lambda: lock_jobs(job_ids),
+        at=at,
+    )
 
 
 def retry_job(job_id: str, *, actor: str, reason: str, at: dt.datetime | None = None) -> Job:
     """Retry one FAILED job (see ``retry_jobs``)."""
     return retry_jobs([job_id], actor=actor, reason=reason, at=at).one()
+
+
+CANCELLABLE = (S.CREATED, S.READY, S.CLAIMED)
+
+
+def cancel_jobs(
+    job_ids: Sequence[str], *, actor: str, reason: str, at: dt.datetime | None = None
+) -> Moved:
+    """An operator's cancel of jobs that have not begun (CREATED, READY, or CLAIMED before its
+    begin) → REJECTED with ``CANCELLED`` and the reason (DESIGN §1.3). A job that began is
+    refused: it ends by its outcome, its lease or reconciliation. A holder of a cancelled
+    claim is fenced off like any stale holder."""
+    if not (reason or "").strip():
+        raise ValueError("cancel_job needs a reason")
+
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        assert before is not None
+        return [
+            _event(
+                job,
+                EventType.REJECTED,
+                actor,
+                now,
+                before.state,
+                S.REJECTED,
+                result_code="CANCELLED",
+                reason=reason,
+                cancelled=True,
+                claim_id=before.claim_id,
+                worker_id=before.worker_id,
+            )
+        ]
+
+    return _move(
+        [Held(job_id) for job_id in job_ids],
+        to=S.REJECTED,
+        allowed=CANCELLABLE,
+        actor=actor,
+        values={"result_code": "CANCELLED", "last_error": reason, **CLEARED_CLAIM},
+        events=events,
+        prior=lambda: lock_jobs(job_ids),
+        why="it began meanwhile",
+        at=at,
+    )
+
+
+def cancel_job(job_id: str, *, actor: str, reason: str, at: dt.datetime | None = None) -> Job:
+    """Cancel one job that has not begun (see ``cancel_jobs``)."""
+    return cancel_jobs([job_id], actor=actor, reason=reason, at=at).one()
 
 
 def reconcile_jobs(
@@ -1638,17 +1929,16 @@ def set_result_codes(
             )
         ]
 
-    with transaction.atomic():
-        return _move(
-            [Held(job_id) for job_id in detail],
-            to=None,
-            allowed=allowed,
-            actor=actor,
-            values={"result_code": result_code},
-            events=events,
-            prior=lock_jobs(detail) if len(allowed) > 1 else None,
-            at=at,
-        )
+    return _move(
+        [Held(job_id) for job_id in detail],
+        to=None,
+        allowed=allowed,
+        actor=actor,
+        values={"result_code": result_code},
+        events=events,
+        prior=(lambda: lock_jobs(detail)) if len(allowed) > 1 else None,
+        at=at,
+    )
 
 
 def set_result_code(
@@ -1699,7 +1989,7 @@ def edit_job_fields(
             values=changed,
             events=events,
             seal=False,
-            prior=prior,
+            prior=lambda: prior,
             at=at,
         )
     return moved.one()

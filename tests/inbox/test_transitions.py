@@ -173,6 +173,13 @@ MOVERS: tuple[Mover, ...] = (
         kind="delete",
     ),
     Mover(
+        "cancel_job",
+        S.REJECTED,
+        frozenset({S.CREATED, S.READY, S.CLAIMED}),
+        EventType.REJECTED,
+        lambda j: transitions.cancel_job(j.job_id, actor=OPERATOR, reason="not needed"),
+    ),
+    Mover(
         "set_result_code",
         None,
         frozenset({S.OUTCOME_UNKNOWN}),
@@ -188,6 +195,7 @@ DESIGN_EDGES = frozenset(
         (S.CREATED, S.READY),
         (S.CREATED, S.REJECTED),
         (S.READY, S.CLAIMED),
+        (S.READY, S.REJECTED),  # an operator's cancel
         (S.CLAIMED, S.EXECUTING),
         (S.CLAIMED, S.READY),
         (S.CLAIMED, S.FAILED),

@@ -8,15 +8,19 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inbox.errors import InboxError, JobValidationError
-from inbox.transitions import create_job
+from inbox.errors import JobValidationError
+from inbox.transitions import create_jobs
+
+# Lines stored per transaction.
+BATCH = 500
 
 
 class Command(BaseCommand):
     help = (
         "Read jobs as JSON Lines from FILE (or '-' for standard input) and store each valid one. "
         "Prints created / replayed / refused counts and every refusal with its line number and "
-        "reasons. Exits 1 if any line was refused; refused lines store nothing."
+        "reasons. Valid lines are stored in batches of 500, one transaction each (create_jobs). "
+        "Exits 1 if any line was refused; refused lines store nothing."
     )
 
     def add_arguments(self, parser) -> None:
@@ -35,39 +39,53 @@ class Command(BaseCommand):
             stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
-        created = replayed = 0
-        refusals: list[tuple[int, list[str]]] = []
+        self.created = self.replayed = 0
+        self.refusals: list[tuple[int, list[str]]] = []
+        pending: list[tuple[int, Any]] = []
         with stream:
             for lineno, raw in enumerate(stream, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    refusals.append((lineno, [f"not valid UTF-8 at byte {exc.start + 1}"]))
-                    continue
-                if not line.strip():
-                    continue
-                try:
-                    data = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    refusals.append((lineno, [f"not valid JSON: {exc.msg} at column {exc.colno}"]))
-                    continue
-                except RecursionError:
-                    refusals.append((lineno, ["not valid JSON: nested too deeply"]))
-                    continue
-                try:
-                    _job, was_created = create_job(data, requested_by=options["requested_by"])
-                except JobValidationError as exc:
-                    refusals.append((lineno, exc.problems))
-                    continue
-                except InboxError as exc:
-                    refusals.append((lineno, [str(exc)]))
-                    continue
-                if was_created:
-                    created += 1
-                else:
-                    replayed += 1
-        for lineno, problems in refusals:
+                data = self._parse(lineno, raw)
+                if data is not None:
+                    pending.append((lineno, data))
+                if len(pending) >= BATCH:
+                    self._store(pending, options["requested_by"])
+                    pending = []
+        self._store(pending, options["requested_by"])
+        for lineno, problems in sorted(self.refusals):
             self.stderr.write(f"line {lineno}: refused: " + "; ".join(problems))
-        self.stdout.write(f"created {created}, replayed {replayed}, refused {len(refusals)}")
-        if refusals:
+        self.stdout.write(
+            f"created {self.created}, replayed {self.replayed}, refused {len(self.refusals)}"
+        )
+        if self.refusals:
             sys.exit(1)
+
+    def _parse(self, lineno: int, raw: bytes) -> Any:
+        """The line's document, or None (blank, or refused with the reason)."""
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.refusals.append((lineno, [f"not valid UTF-8 at byte {exc.start + 1}"]))
+            return None
+        if not line.strip():
+            return None
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            self.refusals.append((lineno, [f"not valid JSON: {exc.msg} at column {exc.colno}"]))
+        except RecursionError:
+            self.refusals.append((lineno, ["not valid JSON: nested too deeply"]))
+        except ValueError as exc:
+            # e.g. an integer literal longer than Python's int-to-string limit
+            self.refusals.append((lineno, [f"not valid JSON: {exc}"]))
+        return None
+
+    def _store(self, pending: list[tuple[int, Any]], requested_by: str) -> None:
+        """One ``create_jobs`` call (one transaction) for a batch of parsed lines."""
+        if not pending:
+            return
+        result = create_jobs([data for _lineno, data in pending], requested_by=requested_by)
+        self.created += len(result.created)
+        self.replayed += len(result.replayed)
+        for position, exc in result.refused.items():
+            problems = exc.problems if isinstance(exc, JobValidationError) else [str(exc)]
+            self.refusals.append((pending[position][0], problems))
