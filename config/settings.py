@@ -7,6 +7,7 @@ another SQLite file.
 """
 
 import os
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -106,14 +107,43 @@ TEMPLATES = [
 # SQLite: WAL lets readers run beside the single writer; IMMEDIATE makes every atomic() take the
 # write lock up front (so guarded UPDATEs serialise instead of failing with "database is
 # locked"); synchronous=FULL because a job system must not lose a committed claim on power loss.
+# How long a writer waits for SQLite's write lock before "database is locked" (seconds).
+SQLITE_BUSY_TIMEOUT = float(os.environ.get("SQLITE_BUSY_TIMEOUT", "30"))
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
-    "timeout": 30,
+    "timeout": SQLITE_BUSY_TIMEOUT,
     "init_command": (
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=30000; "
-        "PRAGMA foreign_keys=ON;"
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+        f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT * 1000)}; PRAGMA foreign_keys=ON;"
     ),
 }
+
+# --- No wait without a bound (PostgreSQL) -------------------------------------------------------
+# Every session: a row lock is waited on for at most DB_LOCK_TIMEOUT_MS (then the operation is
+# refused as busy, nothing written), a statement runs at most DB_STATEMENT_TIMEOUT_MS, and a
+# transaction left idle (a frozen process, a paused VM) is ended by the server after
+# DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, which frees its locks. 0 turns one off. `migrate` runs
+# without the statement timeout (index builds on big tables take longer).
+DB_LOCK_TIMEOUT_MS = int(os.environ.get("DB_LOCK_TIMEOUT_MS", "3000"))
+DB_STATEMENT_TIMEOUT_MS = int(os.environ.get("DB_STATEMENT_TIMEOUT_MS", "30000"))
+DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = int(
+    os.environ.get("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "10000")
+)
+if sys.argv[1:2] == ["migrate"]:
+    DB_STATEMENT_TIMEOUT_MS = 0
+DB_SESSION_TIMEOUTS_MS = {
+    "lock_timeout": DB_LOCK_TIMEOUT_MS,
+    "statement_timeout": DB_STATEMENT_TIMEOUT_MS,
+    "idle_in_transaction_session_timeout": DB_IDLE_IN_TRANSACTION_TIMEOUT_MS,
+}
+# "pgbouncer": PostgreSQL is reached through PgBouncer in transaction-pooling mode. Nothing may
+# rely on session state then: no server-side prepared statements or cursors, and the timeouts
+# above are set per transaction (SET LOCAL, see core.db) instead of in the connection options.
+DATABASE_POOLER = os.environ.get("DATABASE_POOLER", "").strip().lower()
+if DATABASE_POOLER not in {"", "pgbouncer"}:
+    raise ImproperlyConfigured(
+        f"DATABASE_POOLER={DATABASE_POOLER!r}: use 'pgbouncer' or leave it unset"
+    )
 
 
 def _database_from_env() -> dict:
@@ -133,6 +163,12 @@ def _database_from_env() -> dict:
         config["TEST"] = {"NAME": str(Path(config["NAME"]).with_suffix(".test.sqlite3"))}
     else:
         config["CONN_HEALTH_CHECKS"] = True
+        options = config.setdefault("OPTIONS", {})
+        if DATABASE_POOLER == "pgbouncer":
+            options["prepare_threshold"] = None  # no server-side prepared statements
+            config["DISABLE_SERVER_SIDE_CURSORS"] = True
+        else:
+            options["options"] = " ".join(f"-c {k}={v}" for k, v in DB_SESSION_TIMEOUTS_MS.items())
     return config
 
 

@@ -1,14 +1,31 @@
-"""Row locks for writes, the project's one load-and-lock helper.
+"""Row locks and bounded waits: the project's one load-and-lock helper and its timeouts.
 
 PostgreSQL takes ``FOR UPDATE`` row locks; SQLite has none (``select_for_update`` is a no-op
 there) and relies on its IMMEDIATE transactions, which hold the database's write lock from the
 first statement. Either way the guarded UPDATE that follows re-checks every condition.
+
+No wait is unbounded (DESIGN §1.4): every PostgreSQL session runs with ``lock_timeout``,
+``statement_timeout`` and ``idle_in_transaction_session_timeout`` (settings ``DB_*``). Directly
+connected they are connection options; behind PgBouncer in transaction-pooling mode
+(``DATABASE_POOLER=pgbouncer``) a server connection is shared, so they are set with
+``SET LOCAL`` at the start of every transaction instead (``install_session_settings``).
 """
 
 from __future__ import annotations
 
-from django.db import connection
+import contextlib
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db import OperationalError, connection
+from django.db.backends.signals import connection_created
 from django.db.models import Model, QuerySet
+from psycopg.pq import TransactionStatus
+
+from core.errors import Busy
+
+# SQLSTATE 55P03: a lock could not be had within lock_timeout (or NOWAIT).
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 def locked[M: Model](qs: QuerySet[M], *, skip_locked: bool = False) -> QuerySet[M]:
@@ -17,3 +34,46 @@ def locked[M: Model](qs: QuerySet[M], *, skip_locked: bool = False) -> QuerySet[
     if connection.vendor == "postgresql":
         return qs.select_for_update(skip_locked=skip_locked)
     return qs
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """Did PostgreSQL give up waiting for a row lock (``lock_timeout``)?"""
+    cause = exc.__cause__ or exc
+    return getattr(cause, "sqlstate", None) == LOCK_NOT_AVAILABLE
+
+
+@contextlib.contextmanager
+def bounded(what: str) -> Iterator[None]:
+    """Turn a lock wait that hit ``lock_timeout`` into ``Busy``: nothing was written (the
+    transaction or savepoint around the wait rolls back) and the caller may try again."""
+    try:
+        yield
+    except OperationalError as exc:
+        if is_lock_timeout(exc):
+            raise Busy(
+                f"{what}: a worker holds it right now (locked for more than "
+                f"{settings.DB_LOCK_TIMEOUT_MS / 1000:g} s); nothing was changed, try again"
+            ) from exc
+        raise
+
+
+def _set_local_timeouts(execute, sql, params, many, context):
+    """PgBouncer mode: open every transaction with SET LOCAL of the session timeouts."""
+    conn = context["connection"]
+    raw = conn.connection
+    if not conn.get_autocommit() and raw is not None:
+        if raw.info.transaction_status == TransactionStatus.IDLE:
+            values = settings.DB_SESSION_TIMEOUTS_MS.items()
+            raw.execute("; ".join(f"SET LOCAL {k} = {int(v)}" for k, v in values))
+    return execute(sql, params, many, context)
+
+
+def _on_connect(sender, connection, **kwargs) -> None:
+    if connection.vendor == "postgresql" and settings.DATABASE_POOLER == "pgbouncer":
+        if _set_local_timeouts not in connection.execute_wrappers:
+            connection.execute_wrappers.append(_set_local_timeouts)
+
+
+def install_session_settings() -> None:
+    """Hook the PgBouncer-mode timeouts onto every new connection (called once at start)."""
+    connection_created.connect(_on_connect, dispatch_uid="core.db.session_settings")

@@ -6,4 +6,7 @@ class InboxConfig(AppConfig):
     verbose_name = "Job inbox"
 
     def ready(self) -> None:
+        from core.db import install_session_settings
         from inbox import checks  # noqa: F401 - registers the system checks
+
+        install_session_settings()

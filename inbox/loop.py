@@ -25,12 +25,21 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import (
+    InterfaceError,
+    InternalError,
+    OperationalError,
+    close_old_connections,
+    connection,
+)
 
 from inbox import workers
 from inbox.checks import require_worker_checks
 
-DB_ERRORS = (OperationalError, InterfaceError)
+# What a lost or ended connection raises: the server went away, the network dropped, or the
+# server ended a transaction left idle too long (25P03, an InternalError). The worker drops
+# the connection, backs off and reconnects.
+DB_ERRORS = (OperationalError, InterfaceError, InternalError)
 # The longest wait between turns while the database stays away.
 MAX_BACKOFF = 30.0
 

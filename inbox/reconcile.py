@@ -19,6 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from core.clock import db_now
+from core.errors import Busy
 from inbox import transitions, vault
 from inbox.errors import InboxError, InvalidTransition, JobNotFound
 from inbox.models import Job, JobState
@@ -182,6 +183,8 @@ class AutoReport:
     unchanged: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
+    # Held by another transaction right now (a worker mid-step, or frozen): the next pass.
+    busy: list[str] = field(default_factory=list)
 
     def summary(self, *, dry_run: bool = False) -> str:
         verb = "would " if dry_run else ""
@@ -194,6 +197,8 @@ class AutoReport:
             text += f"; {len(self.skipped)} skipped"
         if self.refused:
             text += f"; {len(self.refused)} refused (changed meanwhile)"
+        if self.busy:
+            text += f"; {len(self.busy)} busy (locked right now; taken on the next pass)"
         return text
 
 
@@ -284,16 +289,26 @@ def apply(
         return report
     if confirm:
         moved = transitions.reconcile_jobs(
-            confirm, actor=actor, result_code=CONFIRMED_DELETED, reason=reason
+            confirm, actor=actor, result_code=CONFIRMED_DELETED, reason=reason, skip_locked=True
         )
         report.confirmed = [job.job_id for job in moved.jobs]
-        report.refused += [(job_id, str(exc)) for job_id, exc in moved.refused.items()]
+        _refusals(report, moved)
     for code, details in diagnose.items():
-        moved = transitions.set_result_codes(details, actor=actor, result_code=code)
+        moved = transitions.set_result_codes(
+            details, actor=actor, result_code=code, skip_locked=True
+        )
         bucket = report.not_applied if code == DIAG_NOT_APPLIED else report.conflict
         bucket += [job.job_id for job in moved.jobs]
-        report.refused += [(job_id, str(exc)) for job_id, exc in moved.refused.items()]
+        _refusals(report, moved)
     return report
+
+
+def _refusals(report: AutoReport, moved: transitions.Moved) -> None:
+    for job_id, exc in moved.refused.items():
+        if isinstance(exc, Busy):
+            report.busy.append(job_id)
+        else:
+            report.refused.append((job_id, str(exc)))
 
 
 def auto_reconcile(

@@ -33,8 +33,11 @@ from django.db.models import Q
 
 from audit.events import Event, record_event, record_events
 from audit.models import AuditEvent, EventType
+from core import faults
 from core.clock import db_now, parse_sqlite_datetime
-from core.db import locked
+from core.db import bounded, locked
+from core.errors import Busy
+from core.paging import capped_count
 from inbox.errors import (
     IdempotencyConflict,
     ImmutableFieldDrift,
@@ -200,9 +203,12 @@ class _BatchDrift(Exception):
         super().__init__(", ".join(job_ids))
 
 
-def lock_jobs(job_ids: Iterable[str]) -> dict[str, Job]:
-    """Load jobs for a write in this transaction, locked (``core.db.locked``)."""
-    return {job.job_id: job for job in locked(Job.objects.filter(job_id__in=list(job_ids)))}
+def lock_jobs(job_ids: Iterable[str], *, skip_locked: bool = False) -> dict[str, Job]:
+    """Load jobs for a write in this transaction, locked (``core.db.locked``). With
+    ``skip_locked`` a row another transaction holds right now is left out (the writer then
+    refuses it as busy) instead of waited on."""
+    qs = Job.objects.filter(job_id__in=list(job_ids))
+    return {job.job_id: job for job in locked(qs, skip_locked=skip_locked)}
 
 
 def _move(
@@ -253,7 +259,7 @@ def _move(
     excluded: list[str] = []
     while True:
         try:
-            with transaction.atomic():
+            with bounded(_subject(held)), transaction.atomic():
                 attempt = _attempt(
                     held,
                     excluded,
@@ -341,8 +347,16 @@ def _attempt(
     candidates = targets
     if prior is not None:
         candidates = []
+        unread = [item.job_id for item in targets if item.job_id not in before_rows]
+        # A row the locked read left out exists but is held right now (skip-locked reads).
+        busy = set(Job.objects.filter(job_id__in=unread).values_list("job_id", flat=True))
         for item in targets:
             before = before_rows.get(item.job_id)
+            if item.job_id in busy:
+                refused[item.job_id] = Busy(
+                    f"job {item.job_id!r}: a worker holds it right now; left for the next try"
+                )
+                continue
             error = _refusal(before, item, to, allowed, fence, lease, seal, now, why, refusal)
             if error is None and check is not None:
                 try:
@@ -372,6 +386,8 @@ def _attempt(
         bad = [job_id for job_id, row in returned.items() if seal and not _sealed(row)]
         if bad:
             raise _BatchDrift(bad)
+        if returned and to in _FAULT_POINTS:
+            faults.point(f"{_FAULT_POINTS[to]}:{next(iter(returned.values()))[_JOB_TYPE]}")
         changed = [*assigned, "state", "updated_at"]
         for item in candidates:
             row = returned.get(item.job_id)
@@ -401,6 +417,13 @@ def _attempt(
             moved_events.extend(events(after, before, now))
     record_events(moved_events)
     return rows, refused, stale, drifted, targets
+
+
+def _subject(held: Sequence[Held]) -> str:
+    """How a refusal names the rows (a lock timeout's message)."""
+    if len(held) == 1:
+        return f"job {held[0].job_id!r}"
+    return f"{len(held)} jobs" if held else "the jobs picked"
 
 
 def _ids(items: Iterable[Held]) -> list[str]:
@@ -568,6 +591,15 @@ _INDEX = {f.attname: i for i, f in enumerate(Job._meta.concrete_fields)}
 _PAYLOAD = _INDEX["payload"]
 _FINGERPRINT = _INDEX["fingerprint"]
 _JOB_ID = _INDEX["job_id"]
+_JOB_TYPE = _INDEX["job_type"]
+# The named transaction points of the job writer (core.faults; test-only).
+_FAULT_POINTS = {
+    S.CLAIMED: "claim",
+    S.EXECUTING: "begin",
+    S.SUCCEEDED: "finish",
+    S.FAILED: "finish",
+    S.OUTCOME_UNKNOWN: "finish",
+}
 
 
 def _rows_from(cursor) -> dict[str, list[Any]]:
@@ -1622,6 +1654,8 @@ class RecoveryReport:
     max_attempts: dict[str, int] = field(default_factory=dict)
     refused: list[str] = field(default_factory=list)
     job_ids: list[str] = field(default_factory=list)
+    # Lapsed but held by another transaction right now (skipped, not waited on): next pass.
+    busy: int = 0
 
     @property
     def total(self) -> int:
@@ -1642,6 +1676,8 @@ class RecoveryReport:
         )
         if self.refused:
             text += f"; {len(self.refused)} refused (fingerprint drift or race)"
+        if self.busy:
+            text += f"; {self.busy} busy (locked right now; taken on the next pass)"
         return text
 
     def count(self, job: Job, to: str) -> None:
@@ -1753,6 +1789,8 @@ def recover_stale_claims_report(
                         report.refused.append(f"{job_id}: {exc}")
                         refused.append(job_id)
         if len(candidates) < batch:
+            # What is still lapsed and not refused was locked by someone else: skipped.
+            report.busy = capped_count(Job.objects.lapsed(now).exclude(job_id__in=refused))
             return report
 
 
@@ -1794,7 +1832,7 @@ def retry_jobs(
         actor=actor,
         values={**CLEARED_CLAIM, "attempt_count": 0, "result_code": ""},
         events=events,
-        prior=lambda: lock_jobs(job_ids),
+        prior=lambda: lock_jobs(job_ids, skip_locked=len(job_ids) > 1),
         at=at,
     )
 
@@ -1842,7 +1880,7 @@ def cancel_jobs(
         actor=actor,
         values={"result_code": "CANCELLED", "last_error": reason, **CLEARED_CLAIM},
         events=events,
-        prior=lambda: lock_jobs(job_ids),
+        prior=lambda: lock_jobs(job_ids, skip_locked=len(job_ids) > 1),
         why="it began meanwhile",
         at=at,
     )
@@ -1859,10 +1897,12 @@ def reconcile_jobs(
     actor: str,
     result_code: str,
     reason: str = "",
+    skip_locked: bool = False,
     at: dt.datetime | None = None,
 ) -> Moved:
     """OUTCOME_UNKNOWN → RECONCILED with a result code and, per job, the evidence that decided
-    it (``evidence``: job id → evidence)."""
+    it (``evidence``: job id → evidence). With ``skip_locked`` (the auto-reconciler, bulk
+    actions) a row held right now is refused as busy instead of waited on."""
 
     def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
         return [
@@ -1886,6 +1926,7 @@ def reconcile_jobs(
         actor=actor,
         values={"result_code": result_code},
         events=events,
+        prior=(lambda: lock_jobs(evidence, skip_locked=True)) if skip_locked else None,
         at=at,
     )
 
@@ -1911,6 +1952,7 @@ def set_result_codes(
     actor: str,
     result_code: str,
     states: Iterable[str] = (S.OUTCOME_UNKNOWN,),
+    skip_locked: bool = False,
     at: dt.datetime | None = None,
 ) -> Moved:
     """Store a diagnosis as ``result_code`` without a state change (guarded on the state);
@@ -1936,7 +1978,11 @@ def set_result_codes(
         actor=actor,
         values={"result_code": result_code},
         events=events,
-        prior=(lambda: lock_jobs(detail)) if len(allowed) > 1 else None,
+        prior=(
+            (lambda: lock_jobs(detail, skip_locked=skip_locked))
+            if skip_locked or len(allowed) > 1
+            else None
+        ),
         at=at,
     )
 

@@ -36,8 +36,9 @@ from django.db.models import Count, Exists, Model, OuterRef, Q, QuerySet
 
 from audit.events import Event, record_event, record_events
 from audit.models import EventType
+from core import faults
 from core.clock import db_now
-from core.db import locked
+from core.db import bounded, locked
 from runs.consolidators import Consolidator, get_consolidator
 from runs.errors import (
     GroupExpired,
@@ -201,7 +202,7 @@ def _as_owner(
     """
     rejected: GroupExpired | None = None
     try:
-        with transaction.atomic():
+        with bounded(f"run {run_id!r}"), transaction.atomic():
             run = _load_run(run_id, lock=True)
             now = db_now(at)
             try:
@@ -381,7 +382,7 @@ def _store_plan(
     carry_over: set[str],
     at: dt.datetime | None,
 ) -> Run:
-    with transaction.atomic():
+    with bounded(f"store {store!r}"), transaction.atomic():
         _lock_store(store)
         active = _active_rows(store, lock=True)
         now = db_now(at)
@@ -458,6 +459,7 @@ def _store_plan(
             for m in g.members
         ]
         Member.objects.bulk_create(members)
+        faults.point("plan")
         deferred = sum(1 for m in members if m.item_ref in carry_over)
         events.append(
             Event(
@@ -561,7 +563,7 @@ def next_group(
 
 def _serve(run_id: str, *, owner: str, at: dt.datetime | None) -> Served:
     # Not recorded when refused: ``next_group`` looks again (the run changed hands meanwhile).
-    with transaction.atomic():
+    with bounded(f"run {run_id!r}"), transaction.atomic():
         run = _load_run(run_id, lock=True)
         now = db_now(at)
         _writable_or_reject(run, owner, now, "serve")
@@ -686,6 +688,7 @@ def dispose_member(
             frm=None,
             to=disposition,
         )
+        faults.point("dispose")
         applied = consolidator.apply(run=run, group=group, member=member, disposition=disposition)
         if applied:
             member.detail = {**member.detail, "applied": applied}
@@ -832,7 +835,7 @@ def close_run(
         raise InvalidRunTransition(f"run {run_id}", None, status, f"close_run accepts {allowed}")
     if not actor or not reason:
         raise ValueError("close_run needs an actor and a reason")
-    with transaction.atomic():
+    with bounded(f"run {run_id!r}"), transaction.atomic():
         run = _load_run(run_id, lock=True)
         now = db_now(at)
         guard = Q(run_id=run_id, status=RunStatus.ACTIVE)

@@ -46,11 +46,40 @@ def _patch_flush() -> None:
 _patch_flush()
 
 
+def _suite_vendor() -> str:
+    url = os.environ.get("DATABASE_URL", "").strip()
+    return "postgresql" if url.startswith(("postgres://", "postgresql://")) else "sqlite"
+
+
+_DESELECTED: list[str] = []
+
+
 def pytest_collection_modifyitems(config, items) -> None:
+    # Tests of one database's behaviour (``@pytest.mark.postgresql`` / ``sqlite``) run in that
+    # database's pass of the suite; the other pass deselects them and says so in its summary.
+    # CI runs both passes, so every test runs; none is skipped.
+    vendor = _suite_vendor()
+    kept, dropped = [], []
+    for item in items:
+        wanted = {m for m in ("postgresql", "sqlite") if item.get_closest_marker(m)}
+        (dropped if wanted and vendor not in wanted else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        _DESELECTED.extend(item.nodeid for item in dropped)
     if not REQUIRE_ALL:
         return
     for item in items:
         item.add_marker(pytest.mark.filterwarnings("default"))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _DESELECTED:
+        other = "SQLite" if _suite_vendor() == "postgresql" else "PostgreSQL"
+        terminalreporter.write_line(
+            f"{len(_DESELECTED)} {other}-only tests were deselected here: they run in the "
+            f"suite's {other} pass (CI runs both)."
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -64,6 +93,13 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CONSOLE_REQUIRE_ALL=1: {reason}"
 
 
+@pytest.fixture(params=["direct", pytest.param("pgbouncer", marks=pytest.mark.postgresql)])
+def proc_db_via(request):
+    """A fresh process database reached directly, and (PostgreSQL pass) through PgBouncer in
+    transaction-pooling mode: the test runs once each way."""
+    return request.getfixturevalue("proc_db" if request.param == "direct" else "bouncer_db")
+
+
 @pytest.fixture
 def db_vendor() -> str:
     from django.db import connection
@@ -71,4 +107,5 @@ def db_vendor() -> str:
     return connection.vendor
 
 
+from tests.support.pgbouncer import bouncer_db, pgbouncer  # noqa: E402, F401
 from tests.support.procdb import _proc_db_templates, proc_db  # noqa: E402, F401

@@ -30,7 +30,8 @@ def _detail(value) -> dict:
 
 
 @pytest.mark.slow
-def test_claim_concurrent_processes_claim_every_job_exactly_once(proc_db, tmp_path):
+def test_claim_concurrent_processes_claim_every_job_exactly_once(proc_db_via, tmp_path):
+    proc_db = proc_db_via
     jobs, processes = SIZES[proc_db.vendor]
     started = time.monotonic()
     loaded = proc_db.python(

@@ -91,7 +91,8 @@ class ProcDB:
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("text", True)
-        return subprocess.Popen([sys.executable, MANAGE, *args], env=self.env(), cwd=ROOT, **kwargs)
+        kwargs.setdefault("env", self.env())
+        return subprocess.Popen([sys.executable, MANAGE, *args], cwd=ROOT, **kwargs)
 
     def script(self, path: str | Path, *args: str, **kwargs: Any) -> subprocess.Popen:
         """Start a Python script (with Django set up by the script) against this database."""
