@@ -245,6 +245,8 @@ RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300")
 # POST /api/v1/jobs: most documents in one list, and the largest body accepted (413 beyond).
 API_MAX_JOBS_PER_REQUEST = int(os.environ.get("API_MAX_JOBS_PER_REQUEST", "1000"))
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", str(16 * 1024 * 1024)))
+# The producer API's browsable docs render ninja's own template and static Swagger UI files.
+INSTALLED_APPS += ["ninja"]
 # LOG_FORMAT=json: one JSON object a line (worker, job and claim ids where they apply) for the
 # web server, the workers and the commands; anything else keeps the plain format.
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
