@@ -37,7 +37,8 @@ _work: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
 
 # Attributes every LogRecord has; what is left on a record came from ``extra=``.
 _STANDARD = frozenset(
-    logging.LogRecord("", 0, "", 0, "", None, None).__dict__ | {"message", "asctime", "taskName"}
+    set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__)
+    | {"message", "asctime", "taskName"}
 )
 
 
