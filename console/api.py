@@ -257,6 +257,7 @@ def _job_url(job_id: str) -> str:
     },
     openapi_extra=_request_body(),
     summary="Put one job or a list of jobs into the inbox",
+    tags=["jobs"],
     description=(
         "One document, or a list of up to 1,000 stored in one transaction. Any refused "
         "document stores nothing: 422 lists every problem by position, 409 names an "
@@ -334,6 +335,7 @@ def _refusal(documents: list[Any], refused: dict[int, Exception]) -> JsonRespons
     response={200: JobOut, 401: Problem, 404: Problem},
     url_name="get_job",
     summary="A job's state, result, lease and trail",
+    tags=["jobs"],
 )
 def get_job(request: HttpRequest, job_id: str) -> HttpResponse:
     caller: Caller = request.auth  # type: ignore[attr-defined]
