@@ -13,7 +13,7 @@ Gauges (each one or a few indexed, capped queries; nothing scans a whole table):
 - ``console_leases_lapsing_next_minute``, ``console_leases_lapsed`` (awaiting the sweep),
   ``console_jobs_orphaned`` (DESIGN §1.4), ``console_outcome_unknown_jobs`` and
   ``console_outcome_unknown_oldest_age_seconds``, ``console_approvals_pending``: capped at
-  ``COUNT_CAP`` (10,000).
+  1,000 like the dashboard's alert tiles (``inbox.selectors.ALERT_CAP``).
 - ``console_runs_active{store}``, ``console_runs_stuck{store}`` (DESIGN §3),
   ``console_workers{kind,state}`` (alive / dead; cleanly stopped workers are neither),
   ``console_scope_paused{scope}``, ``console_scrape_duration_seconds``.
@@ -57,7 +57,7 @@ from core import paging
 from core.clock import db_now
 from inbox.jobtypes import scopes
 from inbox.models import Job, JobState, ScopePause, Worker, WorkerStatus
-from inbox.selectors import state_counts
+from inbox.selectors import ALERT_CAP, state_counts
 from runs.models import Run, RunStatus
 
 # Audit events younger than this are counted afresh on every scrape, never cached: on
@@ -125,16 +125,21 @@ class _Snapshot:
 # --- derived states (DESIGN §1.4, §3) ---------------------------------------------------------
 
 
-def alive_worker_ids(now: dt.datetime) -> set[str]:
-    """Workers running or stopping and seen within 3 × poll + lease (database time)."""
+def worker_liveness(now: dt.datetime) -> dict[str, tuple[str, bool]]:
+    """{worker_id: (kind, alive)} for workers not cleanly stopped; alive = seen within
+    3 × poll + lease (database time), the rule of ``inbox.workers.is_alive``."""
     rows = Worker.objects.exclude(status=WorkerStatus.STOPPED).values_list(
-        "worker_id", "last_seen_at", "poll_seconds", "lease_seconds"
+        "worker_id", "kind", "last_seen_at", "poll_seconds", "lease_seconds"
     )[:WORKER_ROWS]
     return {
-        worker_id
-        for worker_id, seen, poll, lease in rows
-        if seen + dt.timedelta(seconds=3 * poll + lease) >= now
+        worker_id: (kind, seen + dt.timedelta(seconds=3 * poll + lease) >= now)
+        for worker_id, kind, seen, poll, lease in rows
     }
+
+
+def alive_worker_ids(now: dt.datetime) -> set[str]:
+    """Workers running or stopping and seen within 3 × poll + lease (database time)."""
+    return {worker_id for worker_id, (_kind, alive) in worker_liveness(now).items() if alive}
 
 
 def orphaned_jobs(
@@ -171,6 +176,8 @@ def stuck_runs(now: dt.datetime, *, alive: set[str] | None = None) -> dict[str, 
 class JobCounts:
     by_state_scope: dict[tuple[str, str], int] = field(default_factory=dict)
     estimated: set[str] = field(default_factory=set)
+    # Per state, counted exactly up to the exact cap (cap + 1 means "more").
+    per_state: dict[str, int] = field(default_factory=dict)
 
 
 def job_counts(exact_cap: int | None = None) -> JobCounts:
@@ -179,7 +186,7 @@ def job_counts(exact_cap: int | None = None) -> JobCounts:
     per_state = dict(state_counts(cap=exact_cap))
     small = [state for state, n in per_state.items() if n <= exact_cap]
     large = [state for state, n in per_state.items() if n > exact_cap]
-    counts = JobCounts()
+    counts = JobCounts(per_state=per_state)
     known_scopes = scopes()
     for state in JobState:
         for scope in known_scopes:
@@ -296,11 +303,25 @@ def _labelled(
     return family
 
 
+def _capped_state(counts: JobCounts, state: str, qs, cap: int) -> int:
+    """``qs`` (a subset of ``state``) counted up to ``cap``. When the state alone already holds
+    more than ``cap`` jobs (known from the index-only per-state count), that count stands in:
+    no CREATED job with an approval stays committed (the approval moves it to READY in the
+    same transaction), so "awaiting approval" is every CREATED job; and OUTCOME_UNKNOWN is the
+    whole state."""
+    known = counts.per_state.get(state)
+    if known is not None and known > cap:
+        return min(known, cap + 1)
+    return paging.capped_count(qs, cap)
+
+
 def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
     """Every metric of one scrape, read from the database (``at`` pins the clock in tests)."""
     started = time.perf_counter()
     now = db_now(at)
-    cap = paging.COUNT_CAP
+    # Alert gauges stop counting where the dashboard's tiles do: "1,000+" is alarm enough, and
+    # each count stays a short index range at millions of rows.
+    cap = ALERT_CAP
     families: list[Metric] = []
 
     counts = job_counts()
@@ -362,7 +383,8 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             paging.capped_count(Job.objects.lapsed(now), cap),
         )
     )
-    alive = alive_worker_ids(now)
+    liveness = worker_liveness(now)
+    alive = {worker_id for worker_id, (_kind, up) in liveness.items() if up}
     families.append(
         _gauge(
             "console_jobs_orphaned",
@@ -371,15 +393,14 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             orphaned_jobs(now, alive=alive, cap=cap),
         )
     )
-    unknown = Job.objects.unknown()
     families.append(
         _gauge(
             "console_outcome_unknown_jobs",
             f"Jobs in OUTCOME_UNKNOWN, waiting for reconciliation (capped at {cap:,}).",
-            paging.capped_count(unknown, cap),
+            _capped_state(counts, JobState.OUTCOME_UNKNOWN, Job.objects.unknown(), cap),
         )
     )
-    oldest_unknown = unknown.order_by().aggregate(m=Min("updated_at"))["m"]
+    oldest_unknown = Job.objects.unknown().order_by().aggregate(m=Min("updated_at"))["m"]
     families.append(
         _gauge(
             "console_outcome_unknown_oldest_age_seconds",
@@ -391,18 +412,13 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
         _gauge(
             "console_approvals_pending",
             f"DELETE jobs awaiting an approval decision (capped at {cap:,}).",
-            paging.capped_count(Job.objects.awaiting_approval(), cap),
+            _capped_state(counts, JobState.CREATED, Job.objects.awaiting_approval(), cap),
         )
     )
 
-    active_stores = sorted(
-        set(
-            Run.objects.filter(status=RunStatus.ACTIVE, expires_at__gte=now).values_list(
-                "store", flat=True
-            )
-        )
-    )
+    # Every store with an effectively active run has an entry (0 or 1).
     stuck = stuck_runs(now, alive=alive)
+    active_stores = sorted(stuck)
     families.append(
         _labelled(
             "console_runs_active",
@@ -421,11 +437,9 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
         )
     )
 
-    workers: Counter[tuple[str, str]] = Counter()
-    for worker_id, kind in Worker.objects.exclude(status=WorkerStatus.STOPPED).values_list(
-        "worker_id", "kind"
-    )[:WORKER_ROWS]:
-        workers[(kind, "alive" if worker_id in alive else "dead")] += 1
+    workers: Counter[tuple[str, str]] = Counter(
+        (kind, "alive" if up else "dead") for kind, up in liveness.values()
+    )
     families.append(
         _labelled(
             "console_workers",
