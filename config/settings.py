@@ -237,8 +237,8 @@ LOGGING = {
 # /metrics answers a request with "Authorization: Bearer <METRICS_TOKEN>"; without the setting
 # it answers loopback clients only (and refuses what a proxy forwarded: X-Forwarded-For).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
-# Job counts in /metrics are exact up to this many per state; above it, estimated (PostgreSQL
-# planner statistics) or capped (SQLite).
+# Job counts in /metrics are exact up to this many per state; above it, estimated (PostgreSQL:
+# a repeatable ~10,000-row TABLESAMPLE scaled to the planner's row count) or capped (SQLite).
 METRICS_EXACT_COUNT_CAP = int(os.environ.get("METRICS_EXACT_COUNT_CAP", "1000"))
 # A run whose lease still runs but that made no progress for this long is "stuck" (DESIGN §3).
 RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300"))
