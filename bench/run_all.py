@@ -7,6 +7,7 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
     console     --jobs 20000 --events 60000 (30 requests per page)
     memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
     api_enqueue --batches 3 --repeats 1 (POST lists of 1,000 jobs through gunicorn)
+    prune       --jobs 50000 (delete the finished ones older than a day, in batches of 500)
 
 Pass --full to run the scripts' full-size defaults instead (hours on 2 cores), or --only NAME to
 pick one.
@@ -27,6 +28,7 @@ SMALL = {
     "console": ["--jobs", "20000", "--events", "60000"],
     "memory": ["--jobs", "5000"],
     "api_enqueue": ["--batches", "3", "--repeats", "1"],
+    "prune": ["--jobs", "50000"],
 }
 
 
@@ -40,7 +42,7 @@ def main() -> None:
     failed = []
     for name in names:
         cmd = [bl.PY, str(bl.BENCH / f"{name}.py"), *([] if args.full else SMALL[name])]
-        if not pg and name in ("console", "memory", "api_enqueue"):
+        if not pg and name in ("console", "memory", "api_enqueue", "prune"):
             bl.say(f"== {name}: skipped, PostgreSQL at {bl.PG_BASE} is not reachable")
             continue
         if not pg and name == "throughput":
