@@ -6,6 +6,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
     throughput  --jobs 400 (K = 1, 2, 4; 3 repeats; PostgreSQL and SQLite; peers included)
     console     --jobs 20000 --events 60000 (30 requests per page)
     memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
+    api_enqueue --batches 3 --repeats 1 (POST lists of 1,000 jobs through gunicorn)
+    prune       --jobs 50000 (delete the finished ones older than a day, in batches of 500)
 
 Pass --full to run the scripts' full-size defaults instead (hours on 2 cores), or --only NAME to
 pick one.
@@ -25,6 +27,8 @@ SMALL = {
     "throughput": ["--jobs", "400"],
     "console": ["--jobs", "20000", "--events", "60000"],
     "memory": ["--jobs", "5000"],
+    "api_enqueue": ["--batches", "3", "--repeats", "1"],
+    "prune": ["--jobs", "50000"],
 }
 
 
@@ -38,7 +42,7 @@ def main() -> None:
     failed = []
     for name in names:
         cmd = [bl.PY, str(bl.BENCH / f"{name}.py"), *([] if args.full else SMALL[name])]
-        if not pg and name in ("console", "memory"):
+        if not pg and name in ("console", "memory", "api_enqueue", "prune"):
             bl.say(f"== {name}: skipped, PostgreSQL at {bl.PG_BASE} is not reachable")
             continue
         if not pg and name == "throughput":

@@ -268,3 +268,24 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
     },
 }
+
+# --- Ecosystem: /metrics, the producer API, JSON logs, retention (issue 13) ------------------
+# /metrics answers a request with "Authorization: Bearer <METRICS_TOKEN>"; without the setting
+# it answers loopback clients only (and refuses what a proxy forwarded: X-Forwarded-For).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
+# Job counts in /metrics are exact up to this many per state; above it, estimated (PostgreSQL:
+# a repeatable ~10,000-row TABLESAMPLE scaled to the planner's row count) or capped (SQLite).
+METRICS_EXACT_COUNT_CAP = int(os.environ.get("METRICS_EXACT_COUNT_CAP", "1000"))
+# A run whose lease still runs but that made no progress for this long is "stuck" (DESIGN §3).
+RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300"))
+# POST /api/v1/jobs: most documents in one list, and the largest body accepted (413 beyond).
+API_MAX_JOBS_PER_REQUEST = int(os.environ.get("API_MAX_JOBS_PER_REQUEST", "1000"))
+API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", str(16 * 1024 * 1024)))
+# The producer API's browsable docs render ninja's own template and static Swagger UI files.
+INSTALLED_APPS += ["ninja"]
+# LOG_FORMAT=json: one JSON object a line (worker, job and claim ids where they apply) for the
+# web server, the workers and the commands; anything else keeps the plain format.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
+if LOG_FORMAT == "json":
+    LOGGING["formatters"]["json"] = {"()": "core.logs.JsonFormatter"}
+    LOGGING["handlers"]["stderr"]["formatter"] = "json"

@@ -12,8 +12,15 @@ the wrong method while writing nothing.
   receives an ``ActionContext`` as ``act``; it calls its service through ``act.perform`` and
   always renders its region (using ``act.message`` / ``act.status``).
 - ``@public``: no login (health checks, the login page itself).
+- ``api_route`` (issue 13): a producer API route (``console.api``): a bearer token from
+  ``manage.py create_token`` or a logged-in session; no token, no session: 401. django-ninja
+  marks its views CSRF-exempt; ``console.api`` checks CSRF itself for sessions (a bearer token
+  is never sent by a browser on its own, so it needs none).
+- ``metrics_route`` (issue 13): ``/metrics`` for Prometheus: ``Authorization: Bearer
+  <METRICS_TOKEN>`` when that setting is made, else loopback clients only.
 
-CSRF is Django's middleware; nothing here exempts a view from it.
+CSRF is Django's middleware; nothing here exempts a view from it (the API's ninja views are
+exempt from the middleware and run the same check themselves, see above).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ REASON_MAX = 2000
 class Policy:
     """What a route demands; read by the route-matrix test."""
 
-    kind: Literal["page", "action", "public"]
+    kind: Literal["page", "action", "public", "api", "metrics"]
     permission: str | None = None
     region: str | None = None
     needs_reason: bool = False
@@ -85,6 +92,18 @@ def _stamp(view: Callable[..., HttpResponse], policy: Policy) -> None:
 def public[V: Callable[..., HttpResponse]](view: V) -> V:
     """Mark a view as reachable without login (health checks, login/logout)."""
     _stamp(view, Policy(kind="public", name=getattr(view, "__name__", "view")))
+    return view
+
+
+def api_route[V: Callable[..., HttpResponse]](view: V, *, name: str = "") -> V:
+    """Mark a producer API view (token or session; see the module docstring)."""
+    _stamp(view, Policy(kind="api", name=name or getattr(view, "__name__", "api")))
+    return view
+
+
+def metrics_route[V: Callable[..., HttpResponse]](view: V) -> V:
+    """Mark the Prometheus endpoint (METRICS_TOKEN bearer, or loopback only)."""
+    _stamp(view, Policy(kind="metrics", name=getattr(view, "__name__", "metrics")))
     return view
 
 

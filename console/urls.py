@@ -8,7 +8,18 @@ contain "/", so they are ``path`` segments and fixed action suffixes come first.
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path
 
-from console import approvals, audit, dashboard, health, jobs, reconcile, runs, workers
+from console import (
+    api,
+    approvals,
+    audit,
+    dashboard,
+    health,
+    jobs,
+    metrics,
+    reconcile,
+    runs,
+    workers,
+)
 from console.policy import public
 
 app_name = "console"
@@ -61,4 +72,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("workers/", workers.workers, name="workers"),
     path("workers/scopes/<str:scope>/pause", workers.pause_scope, name="pause_scope"),
     path("workers/scopes/<str:scope>/resume", workers.resume_scope, name="resume_scope"),
+    # Ecosystem (issue 13): Prometheus scrape and the producer API.
+    path("metrics", metrics.metrics, name="metrics"),
+    path("api/v1/", api.urls()),
 ]

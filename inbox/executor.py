@@ -38,6 +38,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from core import logs
 from inbox import scopes as scope_service
 from inbox import transitions, workers
 from inbox.approvals import check_approval
@@ -414,7 +415,9 @@ class Executor(WorkerLoop):
         recorded_at = time.monotonic()
         for job in begun:
             self._current = job.job_id
-            outcome = self._execute(job)
+            # JSON logs (issue 13): the handler's records carry the job and its claim.
+            with logs.bound(job_id=job.job_id, claim_id=job.claim_id):
+                outcome = self._execute(job)
             if outcome is not None:
                 self._unrecorded.append(outcome)
             # Slow handlers: record what is done at least every OUTCOME_FLUSH_SECONDS, so an
@@ -459,7 +462,13 @@ class Executor(WorkerLoop):
             self._lost(job.job_id, f"could not be rejected: {exc}")
             return
         self.stats.rejected += 1
-        log.warning("job %s REJECTED (%s): %s", job.job_id, verdict.code, verdict.why)
+        log.warning(
+            "job %s REJECTED (%s): %s",
+            job.job_id,
+            verdict.code,
+            verdict.why,
+            extra={"job_id": job.job_id, "claim_id": job.claim_id},
+        )
 
     def _begin(self, ready: list[Job], authorized: dict[str, dict[str, Any]]) -> list[Job]:
         """Begin ``ready`` in one transaction with the outcomes waiting to be recorded; the jobs
@@ -613,7 +622,7 @@ class Executor(WorkerLoop):
 
     def _lost(self, job_id: str, what: str) -> None:
         self.stats.lost += 1
-        log.error("LOST FENCE: job %s %s", job_id, what)
+        log.error("LOST FENCE: job %s %s", job_id, what, extra={"job_id": job_id})
 
     # --- database resilience ----------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from django.db import (
     connection,
 )
 
+from core import logs
 from inbox import workers
 from inbox.checks import require_worker_checks
 
@@ -70,7 +71,8 @@ class WorkerLoop:
         self.poll = poll_seconds
         self.lease_seconds = lease_seconds
         self.progress_seconds = progress_seconds
-        self.out = out
+        # JSON logs (issue 13): progress lines become log records in LOG_FORMAT=json.
+        self.out = logs.worker_out(out)
         self.db_errors = 0
         self.started = time.monotonic()
         self._stop = threading.Event()
@@ -145,6 +147,8 @@ class WorkerLoop:
         ``ConfigurationError`` before anything is registered or claimed.
         """
         require_worker_checks()
+        # JSON logs (issue 13): every record of this process carries the worker id.
+        logs.bind_process(worker_id=self.worker_id)
         description = self.setup()
         workers.register_worker(
             worker_id=self.worker_id,
@@ -262,7 +266,7 @@ class WorkerLoop:
 
 def raw_stderr(text: str) -> None:
     with contextlib.suppress(OSError):
-        os.write(2, f"{text}\n".encode())
+        os.write(2, logs.raw_line(text))
 
 
 class PeriodicWorker(WorkerLoop):

@@ -218,3 +218,35 @@ class ScopePause(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope} {'paused' if self.paused else 'running'}"
+
+
+class ProducerToken(models.Model):
+    """A producer's API token (issue 13), stored only as its sha256.
+
+    One active token per producer (a conditional unique constraint); ``inbox.tokens`` makes,
+    checks and revokes them. The producer's name becomes ``requested_by`` of the jobs it sends.
+    """
+
+    producer = models.CharField(max_length=200)
+    # sha256 hex of the whole token: the token has 256 random bits, so a fast hash is enough.
+    token_hash = models.CharField(max_length=64, unique=True)
+    # The token's first characters, so an operator can tell tokens apart without the secret.
+    prefix = models.CharField(max_length=16)
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(db_default=Now())
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["producer", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["producer"],
+                condition=Q(revoked_at__isnull=True),
+                name="token_one_active_per_producer",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        state = "revoked" if self.revoked_at else "active"
+        return f"token {self.prefix}… of {self.producer} [{state}]"
