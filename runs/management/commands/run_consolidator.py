@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from core import logs
 from inbox.checks import require_worker_checks
 from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError
@@ -85,7 +86,7 @@ class Command(BaseCommand):
         except (ConfigurationError, ConsolidatorError) as exc:
             raise CommandError(f"configuration error: {exc}") from exc
         if verbosity >= 1:
-            self.stdout.write(f"database: {description}")
+            logs.worker_out(self.stdout.write)(f"database: {description}")
         try:
             worker.run()  # prints its summary line last
         except ConsolidatorError as exc:
