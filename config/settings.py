@@ -148,17 +148,22 @@ if DATABASE_POOLER not in {"", "pgbouncer"}:
 
 def _database_from_env() -> dict:
     url = os.environ.get("DATABASE_URL", "").strip()
+    # Kept connections: a worker that reconnected every turn would reopen the file (and re-run
+    # the pragmas) or the PostgreSQL session for every batch. Health checks catch a dead one.
+    max_age = int(os.environ.get("CONN_MAX_AGE", "60"))
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": VAR_DIR / "console.sqlite3",
             "OPTIONS": dict(SQLITE_OPTIONS),
+            "CONN_MAX_AGE": max_age,
+            "CONN_HEALTH_CHECKS": True,
             "TEST": {"NAME": str(VAR_DIR / "test-console.sqlite3")},
         }
-    config = dj_database_url.parse(url, conn_max_age=int(os.environ.get("CONN_MAX_AGE", "60")))
+    config = dj_database_url.parse(url, conn_max_age=max_age)
     if config["ENGINE"] == "django.db.backends.sqlite3":
         config["OPTIONS"] = dict(SQLITE_OPTIONS)
-        config["CONN_MAX_AGE"] = 0
+        config["CONN_HEALTH_CHECKS"] = True
         # Tests against SQLite must use a file: the in-memory test DB hides races.
         config["TEST"] = {"NAME": str(Path(config["NAME"]).with_suffix(".test.sqlite3"))}
     else:

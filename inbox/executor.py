@@ -281,39 +281,37 @@ class Executor(WorkerLoop):
         if self._db_trouble:
             self._release_orphans()
             self._db_trouble = False
-        self._record()
         if self.sweep_every and self._turns % self.sweep_every == 0:
             self._sweep()
         # Jobs left over from a turn a database error cut short are already ours: run them
         # first, paused or not (a pause stops claiming, not the work in hand).
         if not self._pending:
             if self._paused():
+                self._record()
                 if self.exit_when_idle:
                     return False
                 self.wait(self.poll)
                 return True
             limit = self.batch
             if self.max_jobs is not None:
-                limit = min(limit, self.max_jobs - self.stats.processed)
+                limit = min(limit, self.max_jobs - self.stats.processed - len(self._unrecorded))
                 if limit <= 0:
+                    self._record()
                     return False
-            jobs = transitions.claim_next_jobs(
-                scope=self.scope,
-                worker_id=self.worker_id,
-                lease_seconds=self.lease_seconds,
-                limit=limit,
-            )
+            jobs, begun = self._claim(limit)
             if not jobs:
                 if self.exit_when_idle:
                     return False
                 self.wait(self.poll)
                 return True
-            self._pending.extend(jobs)
-            self._keeper.hold(jobs)
+            self._run(begun)
         while self._pending and not self.stopping:
             self._work(self._next_chunk())
-        self._record()
-        return not (self.max_jobs is not None and self.stats.processed >= self.max_jobs)
+        # The outcomes commit with the next turn's claim (or on the way out: ``finish``).
+        return not (
+            self.max_jobs is not None
+            and self.stats.processed + len(self._unrecorded) >= self.max_jobs
+        )
 
     def finish(self) -> None:
         """Commit what ran, hand back what was claimed but not begun, stop the keeper."""
@@ -395,6 +393,88 @@ class Executor(WorkerLoop):
                 chunk.append(self._pending.popleft())
         return chunk
 
+    def _claim(self, limit: int) -> tuple[list[Job], list[Job]]:
+        """One transaction: commit the outcomes waiting, claim up to ``limit`` jobs and begin
+        the leading run of batchable ones (authorized first). Returns (claimed, begun); the
+        claimed jobs not begun wait in ``_pending``.
+
+        Claim and begin commit together only for batchable types: a crash after it leaves the
+        run EXECUTING, which the sweep treats exactly like CLAIMED for these types (§1.3). One
+        commit per batch instead of three: the outcome, the claim and the begin.
+        """
+        outcomes = self._hand_over()
+        targets = {o.job.job_id: o.to for o in outcomes}
+
+        def step() -> tuple[Moved, list[Job], Moved]:
+            with transaction.atomic():
+                finished = (
+                    transitions.finish_jobs(outcomes, actor=self.worker_id) if outcomes else Moved()
+                )
+                jobs = transitions.claim_next_jobs(
+                    scope=self.scope,
+                    worker_id=self.worker_id,
+                    lease_seconds=self.lease_seconds,
+                    limit=limit,
+                )
+                ready: list[Job] = []
+                authorized: dict[str, dict[str, Any]] = {}
+                for job in jobs:
+                    if not self._batchable(job):
+                        break
+                    verdict = self._authorize(job, registry().get(job.job_type))
+                    if not verdict.ok:
+                        break  # the one-job path rejects it, with its reason
+                    ready.append(job)
+                    authorized[job.job_id] = verdict.detail
+                begun = (
+                    transitions.begin_jobs(
+                        ready,
+                        actor=self.worker_id,
+                        lease_seconds=self.lease_seconds,
+                        authorized=authorized,
+                    )
+                    if ready
+                    else Moved()
+                )
+            return finished, jobs, begun
+
+        outcome_jobs = [o.job for o in outcomes]
+        result = self._step(step, committed=lambda: _holding(outcome_jobs, targets))
+        if isinstance(result, set):
+            # The response was lost after the commit: the outcomes are in; what we claimed is
+            # unknown (it lapses and is recovered by the sweep, never run twice).
+            self._unrecorded = []
+            self._settle(outcomes, _as_moved(result, outcomes))
+            self._db_trouble = True
+            return [], []
+        finished, jobs, begun = result
+        self._unrecorded = []
+        self._settle(outcomes, finished)
+        self._keeper.hold(jobs)
+        started = [job for job in jobs if job.job_id in begun and not begun.undone]
+        for job in started:
+            self._keeper.refreshed(job.job_id)
+        self._pending.extend(job for job in jobs if job not in started)
+        return jobs, started
+
+    def _run(self, begun: list[Job]) -> None:
+        """Run the handlers of a begun chunk one after the other; keep their outcomes."""
+        recorded_at = time.monotonic()
+        for job in begun:
+            self._current = job.job_id
+            # JSON logs (issue 13): the handler's records carry the job and its claim.
+            with logs.bound(job_id=job.job_id, claim_id=job.claim_id):
+                outcome = self._execute(job)
+            if outcome is not None:
+                self._unrecorded.append(outcome)
+            # Slow handlers: record what is done at least every OUTCOME_FLUSH_SECONDS, so an
+            # operator sees a finished job finished, not waiting for the rest of its chunk.
+            if time.monotonic() - recorded_at >= OUTCOME_FLUSH_SECONDS:
+                self._record()
+                recorded_at = time.monotonic()
+            self._housekeep()
+        self._current = ""
+
     def _work(self, chunk: list[Job]) -> None:
         """Authorize, begin (with the carried outcomes), run each handler, keep the outcomes."""
         ready: list[Job] = []
@@ -411,22 +491,7 @@ class Executor(WorkerLoop):
                 continue
             ready.append(job)
             authorized[job.job_id] = verdict.detail
-        begun = self._begin(ready, authorized)
-        recorded_at = time.monotonic()
-        for job in begun:
-            self._current = job.job_id
-            # JSON logs (issue 13): the handler's records carry the job and its claim.
-            with logs.bound(job_id=job.job_id, claim_id=job.claim_id):
-                outcome = self._execute(job)
-            if outcome is not None:
-                self._unrecorded.append(outcome)
-            # Slow handlers: record what is done at least every OUTCOME_FLUSH_SECONDS, so an
-            # operator sees a finished job finished, not waiting for the rest of its chunk.
-            if time.monotonic() - recorded_at >= OUTCOME_FLUSH_SECONDS:
-                self._record()
-                recorded_at = time.monotonic()
-            self._housekeep()
-        self._current = ""
+        self._run(self._begin(ready, authorized))
 
     def _authorize(self, job: Job, job_type: JobType | None) -> _Verdict:
         if job_type is None:
