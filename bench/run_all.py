@@ -8,6 +8,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
     memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
     api_enqueue --batches 3 --repeats 1 (POST lists of 1,000 jobs through gunicorn)
     prune       --jobs 50000 (delete the finished ones older than a day, in batches of 500)
+    sweeps      --jobs 50000 --lapsed 2000 --unknown 200 --repeats 1 (sweep and auto-reconcile)
+    txn_lengths --jobs 300 (SQLite: the longest write transaction of each worker)
 
 Pass --full to run the scripts' full-size defaults instead (hours on 2 cores), or --only NAME to
 pick one.
@@ -29,6 +31,8 @@ SMALL = {
     "memory": ["--jobs", "5000"],
     "api_enqueue": ["--batches", "3", "--repeats", "1"],
     "prune": ["--jobs", "50000"],
+    "sweeps": ["--jobs", "50000", "--lapsed", "2000", "--unknown", "200", "--repeats", "1"],
+    "txn_lengths": ["--jobs", "300"],
 }
 
 
@@ -42,7 +46,7 @@ def main() -> None:
     failed = []
     for name in names:
         cmd = [bl.PY, str(bl.BENCH / f"{name}.py"), *([] if args.full else SMALL[name])]
-        if not pg and name in ("console", "memory", "api_enqueue", "prune"):
+        if not pg and name in ("console", "memory", "api_enqueue", "prune", "sweeps"):
             bl.say(f"== {name}: skipped, PostgreSQL at {bl.PG_BASE} is not reachable")
             continue
         if not pg and name == "throughput":

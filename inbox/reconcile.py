@@ -287,20 +287,32 @@ def apply(
         report.not_applied = list(diagnose.get(DIAG_NOT_APPLIED, {}))
         report.conflict = list(diagnose.get(DIAG_CONFLICT, {}))
         return report
-    if confirm:
+    # In batches, each its own short transaction: no row stays locked for long.
+    for part in _chunks(confirm):
         moved = transitions.reconcile_jobs(
-            confirm, actor=actor, result_code=CONFIRMED_DELETED, reason=reason, skip_locked=True
+            part, actor=actor, result_code=CONFIRMED_DELETED, reason=reason, skip_locked=True
         )
-        report.confirmed = [job.job_id for job in moved.jobs]
+        report.confirmed += [job.job_id for job in moved.jobs]
         _refusals(report, moved)
     for code, details in diagnose.items():
-        moved = transitions.set_result_codes(
-            details, actor=actor, result_code=code, skip_locked=True
-        )
         bucket = report.not_applied if code == DIAG_NOT_APPLIED else report.conflict
-        bucket += [job.job_id for job in moved.jobs]
-        _refusals(report, moved)
+        for part in _chunks(details):
+            moved = transitions.set_result_codes(
+                part, actor=actor, result_code=code, skip_locked=True
+            )
+            bucket += [job.job_id for job in moved.jobs]
+            _refusals(report, moved)
     return report
+
+
+APPLY_BATCH = 200
+
+
+def _chunks[V](items: dict[str, V]) -> list[dict[str, V]]:
+    keys = list(items)
+    return [
+        {k: items[k] for k in keys[i : i + APPLY_BATCH]} for i in range(0, len(keys), APPLY_BATCH)
+    ]
 
 
 def _refusals(report: AutoReport, moved: transitions.Moved) -> None:
