@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,6 +30,7 @@ def main() -> None:
         "--jobs", type=int, default=500, help="SAVE jobs (and half as many DELETEs)"
     )
     args = parser.parse_args()
+    (ROOT / "var").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="txn-", dir=ROOT / "var"))
     os.environ["DATABASE_URL"] = f"sqlite:///{work / 'db.sqlite3'}"
     os.environ["VAULT_ROOT"] = str(work / "vault")
@@ -120,19 +122,32 @@ def main() -> None:
     phase[0] = "consolidator"
     ConsolidatorWorker(store="vault", once=True, say=lambda _t: None).run()
 
-    print(
+    import benchlib as bl
+
+    body = [
         f"SQLite write transactions (outermost atomic blocks), {args.jobs} SAVE + "
-        f"{args.jobs // 2} DELETE jobs, one consolidator run:"
-    )
-    print("| worker | transactions | median ms | p99 ms | longest ms |")
-    print("|---|---|---|---|---|")
+        f"{args.jobs // 2} DELETE jobs, one consolidator run (20 groups of 4 copies):",
+        "",
+    ]
+    rows = []
     for name in ("executor save", "executor delete", "consolidator"):
         values = sorted(spans[name])
         p99 = values[min(len(values) - 1, int(len(values) * 0.99))]
-        print(
-            f"| {name} | {len(values)} | {statistics.median(values) * 1000:.2f} | "
-            f"{p99 * 1000:.2f} | {values[-1] * 1000:.2f} |"
+        rows.append(
+            (
+                name,
+                len(values),
+                f"{statistics.median(values) * 1000:.2f}",
+                f"{p99 * 1000:.2f}",
+                f"{values[-1] * 1000:.2f}",
+            )
         )
+    body.append(bl.table(["worker", "transactions", "median ms", "p99 ms", "longest ms"], rows))
+    print("\n".join(body))
+    facts = bl.machine_facts()
+    path = bl.write_result("txn-lengths", "SQLite write transaction lengths", body, facts)
+    print(f"txn_lengths: wrote {path.relative_to(ROOT)}")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
