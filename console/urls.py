@@ -28,8 +28,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("jobs/bulk/preview/", jobs.bulk_preview, name="bulk_preview"),
     path("jobs/bulk/retry/", jobs.bulk_retry, name="bulk_retry"),
     path("jobs/bulk/reconcile/", jobs.bulk_reconcile, name="bulk_reconcile"),
+    path("jobs/bulk/cancel/", jobs.bulk_cancel, name="bulk_cancel"),
     path("jobs/<path:job_id>/lease/", jobs.job_lease, name="job_lease"),
     path("jobs/<path:job_id>/retry/", jobs.job_retry, name="job_retry"),
+    path("jobs/<path:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<path:job_id>/", jobs.job_detail, name="job_detail"),
     # Audit log.
     path("audit/", audit.event_list, name="event_list"),
