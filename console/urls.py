@@ -54,6 +54,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     # Approvals.
     path("approvals/", approvals.approvals, name="approvals"),
+    path(
+        "approvals/bulk/preview/", approvals.approvals_bulk_preview, name="approvals_bulk_preview"
+    ),
+    path("approvals/bulk/decide/", approvals.approvals_bulk, name="approvals_bulk"),
     path("approvals/<path:job_id>/approve", approvals.approve_delete, name="approve_delete"),
     path("approvals/<path:job_id>/deny", approvals.deny_delete, name="deny_delete"),
     # Runs.

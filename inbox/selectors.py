@@ -472,8 +472,8 @@ def throughput_per_minute(
 
 
 # Age buckets of the READY backlog chart: (label, lower bound in seconds); the last is open.
-READY_AGE_BUCKETS = (("< 1 min", 0), ("1–5 min", 60), ("5–15 min", 300), ("15–60 min", 900))
-READY_AGE_OPEN = ("≥ 1 h", 3600)
+READY_AGE_BUCKETS = (("<1m", 0), ("1–5m", 60), ("5–15m", 300), ("15–60m", 900))
+READY_AGE_OPEN = ("≥1h", 3600)
 # Each bucket counts at most this many jobs ("1,000+").
 READY_AGE_CAP = 1_000
 

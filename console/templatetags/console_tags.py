@@ -253,7 +253,7 @@ def stuck_words(stuck: object, now: dt.datetime) -> str:
         return f"no progress for {duration_words(getattr(stuck, 'for_seconds', 0.0))}"
     reason = str(getattr(stuck, "reason", "stuck"))
     if since is None:
-        return reason
+        return "owner has no heartbeat (never seen alive)"
     words = "owner stopped" if "stopped" in reason else "owner dead"
     return f"{words} since {clock_text(since, 'H:i:s')}"
 
@@ -305,7 +305,7 @@ def _fmt(number: float) -> str:
 
 # The chart's frame (viewBox units): plot area inside the axes' margins.
 CHART_W, CHART_H = 640, 190
-PLOT_L, PLOT_R, PLOT_T, PLOT_B = 46, 44, 16, 24
+PLOT_L, PLOT_R, PLOT_T, PLOT_B = 46, 44, 26, 24
 
 
 @register.simple_tag
@@ -350,9 +350,9 @@ def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
             '<text class="axis-title" x="{}" y="{}">jobs / min</text>'
             '<text class="axis-title" x="{}" y="{}" text-anchor="end">% failed or unknown</text>',
             str(PLOT_L - 40),
-            str(PLOT_T - 5),
+            str(PLOT_T - 14),
             str(CHART_W - 2),
-            str(PLOT_T - 5),
+            str(PLOT_T - 14),
         )
     )
     # Right axis (rate).
