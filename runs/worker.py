@@ -14,6 +14,11 @@ A worker that is killed outright leaves its run to expire.
 
 If another worker takes the store over, this one's writes are rejected (``GroupExpired``); it
 then stops instead of taking the store back, so two workers never ping-pong over a store.
+
+Output: a line when something changes, not the same lines every pass. A pass's routine lines
+(the plan, keeps, deletes already requested, the completion) are held back and printed only if
+the pass differs from the previous one; a newly requested DELETE, a deferral or a rejected
+write prints at once (after the held-back lines of its run, so the order stays readable).
 """
 
 from __future__ import annotations
@@ -71,6 +76,12 @@ class ConsolidatorWorker(WorkerLoop):
         self.consolidator = consolidator or get_consolidator()
         self.progress = Progress()
         self._run_id = ""
+        # The current run's routine lines, held back until the pass proves to be news.
+        self._held: list[str] = []
+        # What the current run did, without run ids: equal to the last pass's → say nothing.
+        self._pass: list[str] = []
+        self._last_pass: list[str] | None = None
+        self._news = False
 
     # --- the loop's hooks -------------------------------------------------------------------
 
@@ -93,6 +104,11 @@ class ConsolidatorWorker(WorkerLoop):
         return self.progress
 
     def finish(self) -> None:
+        if self._held and self._pass != self._last_pass:
+            # Stopped mid-run: what the unfinished pass did so far is news to this process.
+            for held in self._held:
+                self.say(held)
+            self._held = []
         try:
             self._close_own_run()
         except RunError as exc:
@@ -124,9 +140,11 @@ class ConsolidatorWorker(WorkerLoop):
         if served.planned:
             self.progress.runs_planned += 1
             counts = group_counts_by_run([served.run.run_id])[served.run.run_id]
-            self.say(
+            self._start_pass()
+            self._routine(
                 f"planned run {served.run.run_id}: {sum(counts.values())} group(s), "
-                f"lease until {served.run.expires_at.isoformat()}"
+                f"lease until {served.run.expires_at.isoformat()}",
+                same=f"planned {sum(counts.values())} group(s)",
             )
         if served.completed:
             self._completed(served.run.run_id)
@@ -139,10 +157,44 @@ class ConsolidatorWorker(WorkerLoop):
             return True
         return self._work_group(served)
 
+    # --- output: news at once, routine only when the pass differs from the last one --------
+
+    def _start_pass(self) -> None:
+        self._held = []
+        self._pass = []
+        self._news = False
+
+    def _routine(self, line: str, *, same: str) -> None:
+        """A line every pass may repeat (``same`` is what it says, without run ids)."""
+        self._pass.append(same)
+        if self._news:
+            self.say(line)
+        else:
+            self._held.append(line)
+
+    def _newsworthy(self, line: str, *, same: str) -> None:
+        """A line that says something changed: it prints now, after its run's held lines."""
+        self._pass.append(same)
+        if not self._news:
+            self._news = True
+            for held in self._held:
+                self.say(held)
+            self._held = []
+        self.say(line)
+
+    def _end_pass(self) -> None:
+        """A finished pass: print what was held back unless it repeats the previous pass."""
+        if not self._news and self._pass != self._last_pass:
+            for held in self._held:
+                self.say(held)
+        self._last_pass = self._pass
+        self._start_pass()
+
     def _completed(self, run_id: str) -> None:
         self.progress.runs_completed += 1
         done = ", ".join(f"{n} {d}" for d, n in sorted(self.progress.disposed.items())) or "none"
-        self.say(f"run {run_id} complete; dispositions so far: {done}")
+        self._routine(f"run {run_id} complete; dispositions so far: {done}", same="complete")
+        self._end_pass()
 
     def _work_group(self, served: transitions.Served) -> bool:
         """Dispose a served group's members; False when the worker must stop."""
@@ -183,11 +235,13 @@ class ConsolidatorWorker(WorkerLoop):
             counts[disposition] = counts.get(disposition, 0) + 1
             self.beat()
             job = result.applied.get("job_id")
-            extra = ""
-            if job:
-                how = "requested" if result.applied.get("created") else "already requested"
-                extra = f" → DELETE job {job} ({how})"
-            self.say(f"  group {group.seq}: {disposition} {member.item_ref}{extra}")
+            line = f"  group {group.seq}: {disposition} {member.item_ref}"
+            if job and result.applied.get("created"):
+                self._newsworthy(f"{line} → DELETE job {job} (requested)", same=line)
+            elif job:
+                self._routine(f"{line} → DELETE job {job} (already requested)", same=line)
+            else:
+                self._routine(line, same=line)
             if result.run_closed:
                 self._completed(served.run.run_id)
                 if self.once:
@@ -202,7 +256,12 @@ class ConsolidatorWorker(WorkerLoop):
         except GroupExpired as exc:
             return self._lost(exc)
         self.progress.deferred += 1
-        self.say(f"  deferred group {result.group.seq}: {reason}")
+        line = f"  deferred group {result.group.seq}: {reason}"
+        # The same deferral every pass (a keeper that stays changed) is not news twice.
+        if line in (self._last_pass or []):
+            self._routine(line, same=line)
+        else:
+            self._newsworthy(line, same=line)
         if result.run_closed:
             self._completed(result.group.run_id)
             if self.once:
@@ -240,10 +299,13 @@ class ConsolidatorWorker(WorkerLoop):
     def _lost(self, exc: GroupExpired) -> bool:
         """Our run is no longer effectively ours. Stop if someone else holds the store now."""
         if self._taken_over():
-            self.say(f"write rejected: {exc}; stopping — {self.progress.stop_reason}")
+            self._newsworthy(
+                f"write rejected: {exc}; stopping — {self.progress.stop_reason}", same="rejected"
+            )
             return False
         # Our own lease lapsed (nobody took over): the next turn plans a fresh run.
-        self.say(f"write rejected: {exc}; planning again")
+        self._newsworthy(f"write rejected: {exc}; planning again", same="rejected")
+        self._end_pass()
         return True
 
     def _close_own_run(self) -> None:

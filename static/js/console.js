@@ -129,11 +129,20 @@
 
   // --- polling: skip [data-poll] requests while the tab is hidden (no eval'd trigger filters
   // under our CSP), and catch up as soon as it is visible again ---
+  // A poll also waits while someone types a reason, in its region or anywhere on the page, so
+  // a refresh never takes the words or the focus away.
+  function typingReason(region) {
+    var active = document.activeElement;
+    if (active && active.name === "reason" && active.value) return true;
+    var fields = region.querySelectorAll ? region.querySelectorAll("input[name=reason]") : [];
+    for (var i = 0; i < fields.length; i++) if (fields[i].value) return true;
+    return false;
+  }
+
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = event.detail && event.detail.elt;
-    if (elt && elt.hasAttribute("data-poll") && document.visibilityState !== "visible") {
-      event.preventDefault();
-    }
+    if (!elt || !elt.hasAttribute("data-poll")) return;
+    if (document.visibilityState !== "visible" || typingReason(elt)) event.preventDefault();
   });
   document.addEventListener("visibilitychange", function () {
     if (document.visibilityState !== "visible" || !window.htmx) return;
