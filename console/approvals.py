@@ -191,9 +191,10 @@ def pending_queryset():
 
 
 def approvals_page(
-    *, username: str, params: QueryDict | None = None, limit: int = QUEUE_LIMIT
+    *, username: str, params: QueryDict | None = None, limit: int | None = None
 ) -> ApprovalsPage:
     """Pending DELETE approvals, oldest first, one keyset page of them; the latest decisions."""
+    limit = QUEUE_LIMIT if limit is None else limit
     qs = pending_queryset()
     listing = keyset.paginate(qs, ORDERING, params or QueryDict(), per_page=limit)
     jobs = listing.rows

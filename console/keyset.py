@@ -73,8 +73,13 @@ class Ordering:
         return [f"-{c}" if desc else c for c in self.columns]
 
     def values(self, row: Model) -> list[Any]:
-        # SQLite rows carry their times' stored text (see ``paginate``); others the values.
-        return [getattr(row, RAW + column, getattr(row, column)) for column in self.columns]
+        """The row's values of the order's columns: on SQLite a time is its stored text (see
+        ``paginate``), so a seek from it compares like the ORDER BY."""
+        values = []
+        for column in self.columns:
+            raw = getattr(row, RAW + column, None)
+            values.append(StoredText(raw) if isinstance(raw, str) else getattr(row, column))
+        return values
 
 
 def encode(ordering: Ordering, values: Sequence[Any]) -> str:
