@@ -196,6 +196,7 @@
         var now = row.querySelector("input[type=checkbox]");
         if (was && now) now.checked = was.checked;
         row.classList.add("changed");
+        prev.remove();
       }
       order.push(row);
     });
