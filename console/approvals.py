@@ -36,6 +36,9 @@ APPROVALS = "console/approvals.html"
 
 # The most pending approvals one page shows; the pager reaches the rest.
 QUEUE_LIMIT = 50
+# The queue's size stops counting here ("1,000+"): past that, the number is not what an approver
+# needs, and each count reads that many rows.
+QUEUE_COUNT_CAP = 1_000
 # The most rows one bulk decision may touch.
 BULK_MAX = 100
 POLL_SECONDS = 15
@@ -169,17 +172,20 @@ class ApprovalsPage:
     total: int
     recent: list[Approval]
     listing: keyset.Page | None = None
-    # "showing 51–80"
-    first_shown: int = 1
+    # "showing 51–80" (None: more than QUEUE_COUNT_CAP rows come before this page)
+    first_shown: int | None = 1
     token: str = ""
 
     @property
     def total_label(self) -> str:
-        return count_label(self.total)
+        return count_label(self.total, QUEUE_COUNT_CAP)
 
     @property
-    def last_shown(self) -> int:
-        return self.first_shown + len(self.pending) - 1
+    def range_label(self) -> str:
+        """ "51–80", or "50 past the first 1,000+" when the rows before are not all counted."""
+        if self.first_shown is None:
+            return f"{len(self.pending)} past the first {QUEUE_COUNT_CAP:,}+"
+        return f"{self.first_shown:,}–{self.first_shown + len(self.pending) - 1:,}"
 
 
 def _approval_types() -> list[str]:
@@ -200,12 +206,13 @@ def approvals_page(
     jobs = listing.rows
     # The whole queue on this page needs no count.
     whole = listing.at_start and listing.older is None
-    total = len(jobs) if whole else capped_count(qs)
+    total = len(jobs) if whole else capped_count(qs, QUEUE_COUNT_CAP)
     # Where this page starts: the rows before its first one (capped like the total).
-    first_shown = 1
+    first_shown: int | None = 1
     if jobs and not listing.at_start:
         above = keyset.seek(qs, ORDERING, ORDERING.values(jobs[0]), backward=True, inclusive=False)
-        first_shown = capped_count(above) + 1
+        before = capped_count(above, QUEUE_COUNT_CAP)
+        first_shown = before + 1 if before <= QUEUE_COUNT_CAP else None
     recent = list(Approval.objects.order_by("-decided_at")[:10])
     keepers = _keepers(jobs)
     pending = [_pending(job, username, keepers.get(job.job_id)) for job in jobs]

@@ -21,7 +21,8 @@ from inbox.selectors import (
     orphaned_jobs,
     parse_payload_filter,
     payload_supported,
-    search_jobs,
+    search_matches,
+    with_ids,
 )
 
 # --- jobs -------------------------------------------------------------------------------------
@@ -55,6 +56,9 @@ class JobFilterForm(forms.Form):
 
 
 class JobFilter(django_filters.FilterSet):
+    # The last search's matches (``inbox.selectors.SearchMatches``), None when not searching.
+    search = None
+
     q = django_filters.CharFilter(
         method="filter_search",
         label="Search",
@@ -123,7 +127,11 @@ class JobFilter(django_filters.FilterSet):
         return filter_payload(queryset, value) if value else queryset
 
     def filter_search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        return search_jobs(queryset, value)
+        if not value.strip():
+            return queryset
+        # Kept on the filter set: the page says when a short prefix matched too many jobs.
+        self.search = search_matches(value, using=queryset.db)
+        return with_ids(queryset, self.search.ids)
 
 
 # --- audit log --------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 cancel one; preview, retry, reconcile or cancel many).
 
 Both pages stay live. The list's rows poll (``job-rows``) from their first row (keyset
-``from=``), so inserts never shift them; the answer is 204 when no row changed, otherwise the
+``from_row=``), so inserts never shift them; the answer is 204 when no row changed, otherwise the
 rows, of which console.js replaces only the changed ones. The detail page has one watcher
 (``job-watch``) that answers 204 while the job is unchanged, refreshes every panel at once
 (out-of-band swaps) when it changed, and stops once the job is terminal.
@@ -36,6 +36,7 @@ from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
 from inbox.models import HELD_STATES, TERMINAL_STATES, Job, JobState
 from inbox.selectors import (
     CANCELLABLE_STATES,
+    SEARCH_CAP,
     Orphan,
     allowed_actions,
     attempts_from_trail,
@@ -264,6 +265,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
         "can_cancel": request.user.has_perm("inbox.cancel_job"),
         "payload_search": payload_supported(jobs),
+        "search_cap": f"{SEARCH_CAP:,}",
     }
     template = region_template(request, LIST, ("job-table",), default="job-table")
     return render(request, template, context)

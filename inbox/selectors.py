@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from django.db import connection, connections
 from django.db.models import Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from audit.models import AuditEvent, EventType
@@ -78,18 +79,75 @@ def _starts_with(field: str, prefix: str, vendor: str) -> Q:
     return condition & Q(**{f"{field}__lt": upper}) if upper is not None else condition
 
 
+# Each identifier contributes at most this many candidates to one search: a search costs at
+# most 4 × (SEARCH_CAP + 1) index entries however many jobs a short prefix matches.
+SEARCH_CAP = 2_000
+
+
+@dataclass(frozen=True)
+class SearchMatches:
+    """The job ids a search term matches, from one bounded read of the four identifier indexes."""
+
+    term: str
+    ids: frozenset[str]
+    # False when some identifier matched more than SEARCH_CAP jobs: ``ids`` holds only the
+    # first SEARCH_CAP of those (in that index's order), and the page says so.
+    complete: bool
+
+
+def search_matches(term: str, *, cap: int | None = None, using: str = "default") -> SearchMatches:
+    """The ids of the jobs whose id, object id, idempotency key or mission id starts with
+    ``term`` (case matters), in ONE query: a UNION ALL of four index ranges, each stopped after
+    ``cap + 1`` entries.
+
+    Bounded on purpose. Letting the database pick its own plan for "an OR of four prefixes,
+    newest first" was measured at 1M jobs: PostgreSQL walked 490,000 rows of the created index
+    for a prefix matching 11,000 jobs (0.3 s), SQLite sorted all 1,000,000 matches of a short
+    prefix (4 to 11 s). Reading the matches from the identifier indexes and paging them by
+    keyset afterwards costs the same for every term.
+    """
+    cap = SEARCH_CAP if cap is None else cap
+    term = term.strip()
+    vendor = connections[using].vendor
+    parts: list[str] = []
+    params: list[object] = []
+    for i, name in enumerate(SEARCH_FIELDS):
+        branch = Job.objects.using(using).filter(_starts_with(name, term, vendor))
+        sql, branch_params = (
+            branch.order_by().values_list("job_id")[: cap + 1].query.sql_with_params()
+        )
+        parts.append(f"SELECT {i} AS b, job_id FROM ({sql}) AS s{i}")
+        params += list(branch_params)
+    with connections[using].cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        rows = cursor.fetchall()
+    per_branch: dict[int, int] = {}
+    for branch_no, _job_id in rows:
+        per_branch[branch_no] = per_branch.get(branch_no, 0) + 1
+    complete = all(n <= cap for n in per_branch.values())
+    return SearchMatches(term, frozenset(job_id for _b, job_id in rows), complete)
+
+
+def with_ids(qs: QuerySet[Job], ids: Iterable[str]) -> QuerySet[Job]:
+    """``qs`` narrowed to the jobs with these ids (a search's matches, a few thousand at most).
+
+    On PostgreSQL the ids travel as one array joined through ``unnest``: given a literal
+    ``IN (…)`` list and ``ORDER BY created_at DESC LIMIT 51``, the planner walked the created
+    index backwards and probed the list (0.2 to 0.5 s at 1M jobs); the array's small row
+    estimate makes it look the ids up by primary key and sort them (13 to 20 ms)."""
+    ids = sorted(ids)
+    if connections[qs.db].vendor == "postgresql":
+        return qs.filter(job_id__in=RawSQL("SELECT unnest(%s::text[])", [ids]))
+    return qs.filter(job_id__in=ids)
+
+
 def search_jobs(qs: QuerySet[Job], term: str) -> QuerySet[Job]:
-    """Jobs whose id, object id, idempotency key or mission id starts with ``term`` (case
-    matters). Prefix, not substring: each branch is an index range, a substring search would
-    read every row."""
+    """Jobs of ``qs`` whose id, object id, idempotency key or mission id starts with ``term``
+    (see ``search_matches``: prefix, not substring — each branch is an index range)."""
     term = term.strip()
     if not term:
         return qs
-    vendor = connections[qs.db].vendor
-    condition = Q()
-    for name in SEARCH_FIELDS:
-        condition |= _starts_with(name, term, vendor)
-    return qs.filter(condition)
+    return with_ids(qs, search_matches(term, using=qs.db).ids)
 
 
 class PayloadFilterError(ValueError):
@@ -546,12 +604,14 @@ def ready_age_by_scope(now: dt.datetime, cap: int = READY_AGE_CAP) -> list[Ready
 __all__ = [
     "ALERT_CAP",
     "CANCELLABLE_STATES",
+    "SEARCH_CAP",
     "SEARCH_FIELDS",
     "Alerts",
     "Attempt",
     "Orphan",
     "PayloadFilterError",
     "ReadyAge",
+    "SearchMatches",
     "alive_worker_ids",
     "allowed_actions",
     "attempts_from_trail",
@@ -566,6 +626,8 @@ __all__ = [
     "prefix_upper_bound",
     "ready_age_by_scope",
     "search_jobs",
+    "search_matches",
     "state_counts",
     "throughput_per_minute",
+    "with_ids",
 ]

@@ -8,12 +8,11 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from inbox.models import Job
 from inbox.selectors import (
     PayloadFilterError,
     parse_payload_filter,
     prefix_upper_bound,
-    search_jobs,
+    search_matches,
 )
 from tests.console.pagekit import hx, login
 from tests.factories import make_job
@@ -67,8 +66,7 @@ def test_search_prefix_pages_like_any_list(client, viewer, monkeypatch):
     assert "Next →" in first
 
 
-def _plan(qs) -> str:
-    sql, params = qs.query.sql_with_params()
+def _plan(sql: str, params) -> str:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             # A tiny test table is cheapest to scan; ask which indexes the plan can use.
@@ -78,18 +76,22 @@ def _plan(qs) -> str:
                 return "\n".join(str(row) for row in cursor.fetchall())
             finally:
                 cursor.execute("RESET enable_seqscan")
-        else:
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+        cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
         return "\n".join(str(row) for row in cursor.fetchall())
 
 
-def test_search_each_identifier_is_an_index_range(transactional_db):
+def test_search_reads_each_identifier_as_an_index_range_in_one_query(transactional_db):
     for _ in range(3):
         make_job("noop")
-    qs = search_jobs(Job.objects.all(), "noop-ab")
-    plan = _plan(qs)
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        search_matches("noop-ab")
+    [query] = captured.captured_queries
+    sql = query["sql"]
     if connection.vendor == "postgresql":
-        # One index scan per identifier (a BitmapOr); the pattern-ops indexes serve LIKE.
+        plan = _plan(sql.replace("%", "%%"), [])
+        # One index scan per identifier; the pattern-ops indexes serve LIKE.
         for index in (
             "inbox_job_job_id_6678ca10_like",
             "job_object_prefix_idx",
@@ -99,10 +101,28 @@ def test_search_each_identifier_is_an_index_range(transactional_db):
             assert index in plan, plan
         assert "Seq Scan" not in plan
     else:
-        # SQLite: a multi-index OR, every branch a range search on an index.
-        assert "SCAN inbox_job" not in plan.replace("USING INDEX", ""), plan
+        plan = _plan(sql, [])
+        # SQLite: every branch a range search on an index, no table scan.
+        assert "SCAN inbox_job" not in plan.replace("USING", ""), plan
         for index in ("sqlite_autoindex_inbox_job_1", "job_object_idx", "job_mission_idx"):
             assert index in plan, plan
+
+
+def test_search_a_prefix_matching_more_than_the_cap_is_bounded_and_says_so(client, viewer):
+    for _ in range(5):
+        make_job("noop", mission_id="wide-mission")
+    matches = search_matches("wide-", cap=3)
+    assert not matches.complete
+    assert len(matches.ids) == 4  # cap + 1 from the mission index, nothing from the others
+    assert search_matches("wide-", cap=5).complete
+
+
+def test_search_page_notice_when_the_prefix_is_too_broad(client, viewer, monkeypatch):
+    monkeypatch.setattr("inbox.selectors.SEARCH_CAP", 2)
+    for _ in range(4):
+        make_job("noop", mission_id="broad-1")
+    html = _list(client, q="broad-")
+    assert "the list holds only the first" in html
 
 
 @pytest.mark.parametrize(
