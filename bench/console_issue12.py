@@ -121,7 +121,7 @@ def pages(vendor: str, total: int, requests: int) -> list[Any]:
         Page("jobs FAILED, first page", ["/jobs/?state=FAILED"]),
         Page("search: whole job id", [f"/jobs/?q={j}" for j in middle]),
         Page("search: object id prefix (~11)", [f"/jobs/?q=obj-{i // 10}" for i in spread]),
-        Page("search: mission prefix (~1,100)", [f"/jobs/?q=m-{i // 10000}" for i in spread]),
+        Page("search: mission prefix (~11,100)", [f"/jobs/?q=m-{i // 10000}" for i in spread]),
         Page("search: job id prefix (~10,000)", [f"/jobs/?q={job(i)[:8]}" for i in spread]),
         Page("search: prefix of every job", ["/jobs/?q=job-"]),
         Page(
