@@ -15,10 +15,11 @@ A worker that is killed outright leaves its run to expire.
 If another worker takes the store over, this one's writes are rejected (``GroupExpired``); it
 then stops instead of taking the store back, so two workers never ping-pong over a store.
 
-Output: a line when something changes, not the same lines every pass. A pass's routine lines
-(the plan, keeps, deletes already requested, the completion) are held back and printed only if
-the pass differs from the previous one; a newly requested DELETE, a deferral or a rejected
-write prints at once (after the held-back lines of its run, so the order stays readable).
+Output: a line when something changes, not the same lines every pass. A member's line (keep,
+drop with its DELETE, defer) prints only if the previous pass did not say the same about that
+member, so re-planning the same duplicates stays quiet and a new duplicate prints one line; a
+process's first pass prints everything (its reader has seen nothing yet). The plan and the
+completion lines frame a pass that printed something and are left out otherwise.
 """
 
 from __future__ import annotations
@@ -76,12 +77,12 @@ class ConsolidatorWorker(WorkerLoop):
         self.consolidator = consolidator or get_consolidator()
         self.progress = Progress()
         self._run_id = ""
-        # The current run's routine lines, held back until the pass proves to be news.
-        self._held: list[str] = []
-        # What the current run did, without run ids: equal to the last pass's → say nothing.
-        self._pass: list[str] = []
-        self._last_pass: list[str] | None = None
-        self._news = False
+        # The current pass's plan line, printed before its first line that is news.
+        self._plan_line = ""
+        # What this pass and the previous one said about each member (without run ids).
+        self._pass: set[str] = set()
+        self._last_pass: set[str] = set()
+        self._said = False
 
     # --- the loop's hooks -------------------------------------------------------------------
 
@@ -104,11 +105,6 @@ class ConsolidatorWorker(WorkerLoop):
         return self.progress
 
     def finish(self) -> None:
-        if self._held and self._pass != self._last_pass:
-            # Stopped mid-run: what the unfinished pass did so far is news to this process.
-            for held in self._held:
-                self.say(held)
-            self._held = []
         try:
             self._close_own_run()
         except RunError as exc:
@@ -140,11 +136,9 @@ class ConsolidatorWorker(WorkerLoop):
         if served.planned:
             self.progress.runs_planned += 1
             counts = group_counts_by_run([served.run.run_id])[served.run.run_id]
-            self._start_pass()
-            self._routine(
+            self._start_pass(
                 f"planned run {served.run.run_id}: {sum(counts.values())} group(s), "
-                f"lease until {served.run.expires_at.isoformat()}",
-                same=f"planned {sum(counts.values())} group(s)",
+                f"lease until {served.run.expires_at.isoformat()}"
             )
         if served.completed:
             self._completed(served.run.run_id)
@@ -159,42 +153,32 @@ class ConsolidatorWorker(WorkerLoop):
 
     # --- output: news at once, routine only when the pass differs from the last one --------
 
-    def _start_pass(self) -> None:
-        self._held = []
-        self._pass = []
-        self._news = False
+    def _start_pass(self, plan_line: str = "") -> None:
+        self._plan_line = plan_line
+        self._pass = set()
+        self._said = False
 
-    def _routine(self, line: str, *, same: str) -> None:
-        """A line every pass may repeat (``same`` is what it says, without run ids)."""
-        self._pass.append(same)
-        if self._news:
-            self.say(line)
-        else:
-            self._held.append(line)
-
-    def _newsworthy(self, line: str, *, same: str) -> None:
-        """A line that says something changed: it prints now, after its run's held lines."""
-        self._pass.append(same)
-        if not self._news:
-            self._news = True
-            for held in self._held:
-                self.say(held)
-            self._held = []
+    def _tell(self, line: str, *, same: str) -> None:
+        """Print ``line`` unless the previous pass said ``same`` too (then it is no news)."""
+        self._pass.add(same)
+        if same in self._last_pass:
+            return
+        if not self._said and self._plan_line:
+            self.say(self._plan_line)
+        self._said = True
         self.say(line)
 
-    def _end_pass(self) -> None:
-        """A finished pass: print what was held back unless it repeats the previous pass."""
-        if not self._news and self._pass != self._last_pass:
-            for held in self._held:
-                self.say(held)
+    def _end_pass(self, closing: str = "") -> None:
+        """Close a pass: its closing line only if it printed something."""
+        if self._said and closing:
+            self.say(closing)
         self._last_pass = self._pass
         self._start_pass()
 
     def _completed(self, run_id: str) -> None:
         self.progress.runs_completed += 1
         done = ", ".join(f"{n} {d}" for d, n in sorted(self.progress.disposed.items())) or "none"
-        self._routine(f"run {run_id} complete; dispositions so far: {done}", same="complete")
-        self._end_pass()
+        self._end_pass(f"run {run_id} complete; dispositions so far: {done}")
 
     def _work_group(self, served: transitions.Served) -> bool:
         """Dispose a served group's members; False when the worker must stop."""
@@ -236,12 +220,14 @@ class ConsolidatorWorker(WorkerLoop):
             self.beat()
             job = result.applied.get("job_id")
             line = f"  group {group.seq}: {disposition} {member.item_ref}"
+            # Keyed without the group number: a new duplicate may renumber the groups.
+            same = f"{disposition} {member.item_ref} {job or ''}"
             if job and result.applied.get("created"):
-                self._newsworthy(f"{line} → DELETE job {job} (requested)", same=line)
+                self._tell(f"{line} → DELETE job {job} (requested)", same=same)
             elif job:
-                self._routine(f"{line} → DELETE job {job} (already requested)", same=line)
+                self._tell(f"{line} → DELETE job {job} (already requested)", same=same)
             else:
-                self._routine(line, same=line)
+                self._tell(line, same=same)
             if result.run_closed:
                 self._completed(served.run.run_id)
                 if self.once:
@@ -256,12 +242,8 @@ class ConsolidatorWorker(WorkerLoop):
         except GroupExpired as exc:
             return self._lost(exc)
         self.progress.deferred += 1
-        line = f"  deferred group {result.group.seq}: {reason}"
         # The same deferral every pass (a keeper that stays changed) is not news twice.
-        if line in (self._last_pass or []):
-            self._routine(line, same=line)
-        else:
-            self._newsworthy(line, same=line)
+        self._tell(f"  deferred group {result.group.seq}: {reason}", same=f"deferred {reason}")
         if result.run_closed:
             self._completed(result.group.run_id)
             if self.once:
@@ -299,12 +281,10 @@ class ConsolidatorWorker(WorkerLoop):
     def _lost(self, exc: GroupExpired) -> bool:
         """Our run is no longer effectively ours. Stop if someone else holds the store now."""
         if self._taken_over():
-            self._newsworthy(
-                f"write rejected: {exc}; stopping — {self.progress.stop_reason}", same="rejected"
-            )
+            self.say(f"write rejected: {exc}; stopping — {self.progress.stop_reason}")
             return False
         # Our own lease lapsed (nobody took over): the next turn plans a fresh run.
-        self._newsworthy(f"write rejected: {exc}; planning again", same="rejected")
+        self.say(f"write rejected: {exc}; planning again")
         self._end_pass()
         return True
 

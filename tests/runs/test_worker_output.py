@@ -45,14 +45,21 @@ def test_consolidator_repeated_pass_with_nothing_new_prints_nothing(settings, tm
     _pass(worker)
     assert lines == []
 
-    # Something changes (a new duplicate): that pass is printed, routine lines included.
+    # Something changes (a new duplicate): that one line, framed by its plan and completion;
+    # what the previous pass already said is not said again.
     (settings.VAULT_ROOT / "notes" / "dup-1-copy.md").write_text(
         (settings.VAULT_ROOT / "notes" / "dup-1.md").read_text()
     )
     _pass(worker)
     assert sum("(requested)" in line for line in lines) == 1
-    assert sum("(already requested)" in line for line in lines) == 4
-    assert any("planned run" in line for line in lines)
+    assert sum("(already requested)" in line for line in lines) == 0
+    assert "planned run" in lines[0] and "complete" in lines[-1]
+    assert len(lines) == 3
+
+    # The next pass: the new DELETE is now "already requested", which is no news either.
+    lines.clear()
+    _pass(worker)
+    assert lines == []
 
 
 def test_consolidator_first_pass_of_a_process_prints_everything(settings, tmp_path):
