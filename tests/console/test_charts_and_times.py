@@ -124,6 +124,7 @@ def test_no_button_posts_by_itself_so_the_browser_checks_required_reasons(client
 
     login(client, "admin", superuser=True)
     failed = make_job("save", JobState.FAILED)
+    ready = make_job("save", JobState.READY)
     make_job("delete", JobState.CREATED, requested_by="operator")
     make_job("delete", JobState.OUTCOME_UNKNOWN)
     _run(owner="gone")
@@ -131,6 +132,7 @@ def test_no_button_posts_by_itself_so_the_browser_checks_required_reasons(client
         reverse("console:home"),
         reverse("console:job_list"),
         reverse("console:job_detail", args=[failed.job_id]),
+        reverse("console:job_detail", args=[ready.job_id]),
         reverse("console:reconcile"),
         reverse("console:approvals"),
         reverse("console:runs"),
