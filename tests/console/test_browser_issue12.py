@@ -445,9 +445,10 @@ def test_dashboard_charts_have_axes_scopes_and_ready_age(browser_pages, live_ser
     screenshot(page, f"issue12-dashboard-charts-{_size(size)}")
 
 
-def test_times_show_zone_and_age_that_ticks(browser_pages, live_server):
+@pytest.mark.parametrize("size", SIZES)
+def test_times_show_zone_and_age_that_ticks(browser_pages, live_server, size):
     job = make_job("save", JobState.FAILED)
-    page = browser_pages("viewer")
+    page = browser_pages("viewer", viewport=size)
     page.goto(f"{live_server.url}/jobs/{job.job_id}/")
     created = page.locator("#job-summary dt:has-text('Created') + dd")
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", created.inner_text())
@@ -456,3 +457,5 @@ def test_times_show_zone_and_age_that_ticks(browser_pages, live_server):
     assert first.endswith("s ago")
     page.wait_for_timeout(2100)
     assert age.inner_text() != first
+    _no_horizontal_scroll(page)
+    screenshot(page, f"issue12-times-{_size(size)}")
