@@ -258,6 +258,8 @@ INBOX_APPROVAL_TTL_SECONDS = int(os.environ.get("INBOX_APPROVAL_TTL_SECONDS", st
 INBOX_JOB_TYPES: dict = {}
 # The consolidator runs use (dotted path to a class or factory; see runs/consolidators.py).
 RUNS_CONSOLIDATOR = os.environ.get("RUNS_CONSOLIDATOR", "runs.consolidators.VaultDeduplicator")
+# An effectively active run without progress for longer than this is flagged stuck (DESIGN §3).
+RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300"))
 
 LOGGING = {
     "version": 1,

@@ -1,7 +1,8 @@
 """The console's FilterSets: the jobs list and the audit log.
 
-Every filter is an exact match on an indexed column (or a time range on one), so a filtered
-page stays fast at millions of rows.
+Every filter is an exact match on an indexed column, a prefix or time range on one, or (the
+payload, PostgreSQL only) a JSONB containment, so a filtered page stays fast at millions of
+rows.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from audit.models import AuditEvent, EventType
 from core.clock import db_now
 from inbox.jobtypes import registry, scopes
 from inbox.models import Job, JobState
-from inbox.selectors import search_jobs
+from inbox.selectors import (
+    PayloadFilterError,
+    filter_payload,
+    orphaned_jobs,
+    parse_payload_filter,
+    payload_supported,
+    search_matches,
+    with_ids,
+)
 
 # --- jobs -------------------------------------------------------------------------------------
 
@@ -27,7 +36,29 @@ def _scope_choices() -> list[tuple[str, str]]:
     return [(name, name) for name in scopes()]
 
 
+class JobFilterForm(forms.Form):
+    """Refuses a payload filter it cannot apply, with words an operator can act on."""
+
+    def clean_payload(self) -> str:
+        text = (self.cleaned_data.get("payload") or "").strip()
+        if not text:
+            return ""
+        if not payload_supported(Job.objects.all()):
+            raise forms.ValidationError(
+                "The payload filter needs PostgreSQL (JSONB containment); this console runs "
+                "on SQLite."
+            )
+        try:
+            parse_payload_filter(text)
+        except PayloadFilterError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return text
+
+
 class JobFilter(django_filters.FilterSet):
+    # The last search's matches (``inbox.selectors.SearchMatches``), None when not searching.
+    search = None
+
     q = django_filters.CharFilter(
         method="filter_search",
         label="Search",
@@ -35,7 +66,7 @@ class JobFilter(django_filters.FilterSet):
             attrs={
                 "type": "search",
                 "data-search": "",
-                "placeholder": "job id, object id, idempotency key or mission (exact)",
+                "placeholder": "job id, object id, idempotency key or mission (starts with)",
                 "aria-keyshortcuts": "/",
             }
         ),
@@ -48,7 +79,11 @@ class JobFilter(django_filters.FilterSet):
     lease = django_filters.ChoiceFilter(
         method="filter_lease",
         label="Lease",
-        choices=[("lapsed", "lapsed, awaiting sweep"), ("held", "held")],
+        choices=[
+            ("lapsed", "lapsed, awaiting sweep"),
+            ("held", "held"),
+            ("orphaned", "orphaned (holder dead, lease running)"),
+        ],
         empty_label="any lease",
     )
     worker = django_filters.CharFilter(field_name="worker_id", label="Worker")
@@ -66,21 +101,37 @@ class JobFilter(django_filters.FilterSet):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
     )
 
+    payload = django_filters.CharFilter(
+        method="filter_payload",
+        label="Payload key=value",
+        widget=forms.TextInput(attrs={"placeholder": "source_commit=a1b2c3 (exact)"}),
+    )
+
     class Meta:
         model = Job
         fields: list[str] = []
+        form = JobFilterForm
 
     def filter_lease(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        # Both read the partial lease index (held states only) in lease order, so a page of
-        # them costs 50 index entries, not a sort of every held job.
+        # Each reads the partial lease index (held states only) in lease order (the jobs list
+        # pages them by lease), so a page costs 50 index entries, not a sort of every held job.
         if value == "lapsed":
             return queryset.lapsed(db_now()).order_by("lease_until", "job_id")
         if value == "held":
             return queryset.held().order_by("lease_until", "job_id")
+        if value == "orphaned":
+            return orphaned_jobs(queryset, db_now())
         return queryset
 
+    def filter_payload(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        return filter_payload(queryset, value) if value else queryset
+
     def filter_search(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        return search_jobs(queryset, value)
+        if not value.strip():
+            return queryset
+        # Kept on the filter set: the page says when a short prefix matched too many jobs.
+        self.search = search_matches(value, using=queryset.db)
+        return with_ids(queryset, self.search.ids)
 
 
 # --- audit log --------------------------------------------------------------------------------

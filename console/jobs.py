@@ -1,32 +1,50 @@
-"""The jobs pages: the list, a job's detail and lease countdown, and the job actions (retry one;
-preview, retry or reconcile many).
+"""The jobs pages: the list, a job's detail and lease countdown, and the job actions (retry or
+cancel one; preview, retry, reconcile or cancel many).
+
+Both pages stay live. The list's rows poll (``job-rows``) from their first row (keyset
+``from_row=``), so inserts never shift them; the answer is 204 when no row changed, otherwise the
+rows, of which console.js replaces only the changed ones. The detail page has one watcher
+(``job-watch``) that answers 204 while the job is unchanged, refreshes every panel at once
+(out-of-band swaps) when it changed, and stops once the job is terminal.
 
 Views parse input, call one selector or service, and render; they never assign job state.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django_htmx.http import trigger_client_event
-from django_tables2 import RequestConfig
-from django_tables2.paginators import LazyPaginator
 
+from audit.models import AuditEvent
+from console import keyset
 from console.bulk import BulkOutcome
 from console.filters import JobFilter
-from console.htmx import region_template
+from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
-from console.tables import JobTable, label_page
 from core.clock import db_now
+from core.paging import capped_count, count_label
 from inbox import reconcile, transitions
 from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
-from inbox.models import HELD_STATES, Job, JobState
-from inbox.selectors import allowed_actions, attempts_from_trail, expiry_behaviour, job_trail
+from inbox.models import HELD_STATES, TERMINAL_STATES, Job, JobState
+from inbox.selectors import (
+    CANCELLABLE_STATES,
+    SEARCH_CAP,
+    Orphan,
+    allowed_actions,
+    attempts_from_trail,
+    expiry_behaviour,
+    job_trail,
+    orphaned,
+    payload_supported,
+)
 
 LIST = "console/jobs.html"
 DETAIL = "console/jobs-detail.html"
@@ -43,39 +61,211 @@ REDACTED_KEYS = ("content",)
 FILTER_FIELDS = tuple(JobFilter.base_filters)
 # Always visible; the rest sit under "More filters" (opened when one of them is set).
 MAIN_FILTERS = ("q", "state", "job_type")
+# Seconds between two polls of the list's rows and of a job's page.
+LIST_POLL_SECONDS = 5
+DETAIL_POLL_SECONDS = 3
+# "12 new jobs" above the first page counts at most this many ("99+").
+NEWER_CAP = 99
+
+
+# --- orders the list offers (each one an index; see Job.Meta.indexes) -------------------------
+
+
+def _orders(key: str, columns: tuple[str, ...], label: str) -> dict[str, keyset.Ordering]:
+    return {
+        key: keyset.Ordering(key, columns, False, label),
+        f"-{key}": keyset.Ordering(f"-{key}", columns, True, label),
+    }
+
+
+ORDERINGS: dict[str, keyset.Ordering] = {
+    **_orders("created_at", ("created_at", "job_id"), "created"),  # job_created_idx
+    **_orders("updated_at", ("updated_at", "job_id"), "updated"),  # job_updated_idx
+    **_orders("state", ("state", "created_at", "job_id"), "state"),  # job_state_created_idx
+    **_orders("job_id", ("job_id",), "job id"),  # the primary key
+}
+DEFAULT_ORDERING = ORDERINGS["-created_at"]
+# The lease filters page by lease end: the partial lease index (held jobs only). Not offered
+# as a sort over every job, which no index serves.
+LEASE_ORDERING = keyset.Ordering("lease", ("lease_until", "job_id"), False, "lease end")
+
+
+def order_words(ordering: keyset.Ordering) -> str:
+    """ "newest updated first", "job id A → Z": the pager says what order it walks."""
+    if ordering is LEASE_ORDERING:
+        return "lease ending soonest first"
+    if ordering.columns[0].endswith(("_at", "_until")):
+        return f"{'newest' if ordering.descending else 'oldest'} {ordering.label} first"
+    return f"by {ordering.label}, {'Z → A' if ordering.descending else 'A → Z'}"
+
+
+def list_ordering(params: Mapping[str, str]) -> keyset.Ordering:
+    """The order asked for (``?sort=``), the lease order under a lease filter, else newest
+    first. An unknown sort falls back rather than failing: it only ever comes from a URL."""
+    sort = params.get("sort") or ""
+    if sort in ORDERINGS:
+        return ORDERINGS[sort]
+    if sort == LEASE_ORDERING.key or params.get("lease"):
+        return LEASE_ORDERING
+    return DEFAULT_ORDERING
 
 
 # --- jobs list --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Column:
+    """One column of the jobs list: its label, css class and (if sortable) its sort key."""
+
+    name: str
+    label: str
+    sort: str = ""
+    # Hidden unless chosen in the column chooser (remembered per browser).
+    optional: bool = False
+
+
+COLUMNS = (
+    Column("job", "Job", sort="job_id"),
+    Column("state", "State", sort="state"),
+    Column("type", "Type"),
+    Column("object", "Object"),
+    Column("lease", "Lease"),
+    Column("updated", "Updated", sort="updated_at"),
+    Column("mission", "Mission", optional=True),
+    Column("worker", "Worker", optional=True),
+    Column("tries", "Tries", optional=True),
+    Column("created", "Created", sort="created_at", optional=True),
+)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One row of the jobs list as it is rendered, with the version the poll compares."""
+
+    job: Job
+    dom_id: str
+    orphan: Orphan | None
+    lease_left: int | None
+
+    @property
+    def version(self) -> str:
+        """Changes whenever the row would render differently (not with the ticking clock)."""
+        job = self.job
+        orphan = self.orphan
+        text = "|".join(
+            (
+                job.updated_at.isoformat(),
+                orphan.holder if orphan else "",
+                orphan.dead_since.isoformat() if orphan and orphan.dead_since else "",
+            )
+        )
+        return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def job_rows(jobs: Iterable[Job], now: Any) -> list[JobRow]:
+    jobs = list(jobs)
+    orphans = orphaned(jobs, now)
+    rows = []
+    for job in jobs:
+        left = None
+        if job.state in HELD_STATES and job.lease_until is not None:
+            left = int((job.lease_until - now).total_seconds() // 1)
+        rows.append(JobRow(job, dom_id("job-row", job.job_id), orphans.get(job.job_id), left))
+    return rows
+
+
+def _header(params: QueryDict, ordering: keyset.Ordering) -> list[dict[str, Any]]:
+    """The table head: each column's label and, if sortable, the link that sorts by it (the
+    same column again flips the direction; a new sort starts on its first page)."""
+    cells = []
+    for column in COLUMNS:
+        cell: dict[str, Any] = {"column": column, "url": "", "aria": ""}
+        if column.sort:
+            current = ordering.key.lstrip("-") == column.sort
+            descending = current and ordering.descending
+            flip = column.sort if descending else f"-{column.sort}"
+            if not current:
+                # Times read newest first; names and states A → Z.
+                flip = f"-{column.sort}" if column.sort.endswith("_at") else column.sort
+            cell["url"] = "?" + keyset.query_string(
+                params, drop=(*keyset.CURSOR_PARAMS, "sort"), sort=flip
+            )
+            if current:
+                cell["aria"] = "descending" if ordering.descending else "ascending"
+        cells.append(cell)
+    return cells
+
+
+def _newer(qs: QuerySet[Job], ordering: keyset.Ordering, listing: keyset.Page) -> int:
+    """How many rows now sort before the page's first row (capped): "12 new jobs"."""
+    if listing.rows:
+        first = ordering.values(listing.rows[0])
+        before = keyset.seek(qs, ordering, first, backward=True, inclusive=False)
+        return capped_count(before, NEWER_CAP)
+    return capped_count(qs, NEWER_CAP)
+
+
+def page_token(rows: list[JobRow], newer: int | None) -> str:
+    """The rows region's version: equal tokens render equal rows (the poll's 204)."""
+    text = ",".join(row.version for row in rows) + f"|{newer}"
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
 @page(permission="inbox.view_job")
 def job_list(request: HttpRequest) -> HttpResponse:
-    """Filter, search, sort and page jobs; HTMX swaps only the table."""
+    """Filter, search, sort and page jobs (keyset); HTMX swaps the table, its rows poll."""
     # The list never shows the payload; a SAVE's content can be megabytes per row.
     jobs = Job.objects.defer("payload")
     job_filter = JobFilter(request.GET or None, queryset=jobs)
     qs = job_filter.qs if job_filter.is_bound else jobs
-    # Lease filters come ordered by lease end (see JobFilter.filter_lease) unless a sort is asked.
-    default_sort = None if request.GET.get("lease") else "-created_at"
-    table = JobTable(qs, order_by=request.GET.get("sort") or default_sort)
-    RequestConfig(
-        request, paginate={"per_page": PER_PAGE, "paginator_class": LazyPaginator}
-    ).configure(table)
-    label_page(table, qs)
+    ordering = list_ordering(request.GET)
+    listing = keyset.paginate(qs, ordering, request.GET, per_page=PER_PAGE)
+    now = db_now()
+    rows = job_rows(listing.rows, now)
+    # The first page (or a poll of it) says how many rows arrived above it since.
+    top = listing.at_start or request.GET.get("top") == "1"
+    newer: int | None = None
+    if listing.at_start:
+        newer = 0
+    elif top:
+        newer = _newer(qs, ordering, listing)
+    token = page_token(rows, newer)
+    links = keyset.links(request.GET, listing, top=top)
+    rows_context = {
+        **links,
+        "rows": rows,
+        "newer": newer,
+        "newer_label": count_label(newer or 0, NEWER_CAP),
+        "token": token,
+        "now": now,
+        "columns": COLUMNS,
+        "poll_seconds": LIST_POLL_SECONDS,
+    }
+    target = request.htmx.target if request.htmx else None
+    if target == "job-rows" and not request.htmx.history_restore_request:
+        # A poll: nothing rendered when nothing changed.
+        if request.GET.get("v") == token:
+            return HttpResponse(status=204)
+        return render(request, f"{LIST}#job-rows", rows_context)
     context = {
+        **rows_context,
         "filter": job_filter,
-        "table": table,
+        "listing": listing,
+        "header": _header(request.GET, ordering),
+        "ordering": ordering,
+        "order_words": order_words(ordering),
+        "total_label": count_label(capped_count(qs)),
         "filter_snapshot": _filter_snapshot(request.GET),
         "sort": request.GET.get("sort", ""),
         "more_filters": any(
             request.GET.get(name) for name in FILTER_FIELDS if name not in MAIN_FILTERS
         ),
         "bulk_limit": BULK_LIMIT_MAX,
-        # Lease cells count down from the database clock, like the detail page.
-        "now": db_now(),
-        "held_states": HELD_STATES,
         "can_retry": request.user.has_perm("inbox.retry_job"),
         "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
+        "can_cancel": request.user.has_perm("inbox.cancel_job"),
+        "payload_search": payload_supported(jobs),
+        "search_cap": f"{SEARCH_CAP:,}",
     }
     template = region_template(request, LIST, ("job-table",), default="job-table")
     return render(request, template, context)
@@ -120,14 +310,37 @@ def _immutable_fields(job: Job) -> list[tuple[str, Any]]:
     return rows
 
 
+def _last_event_id(job_id: str) -> int:
+    """The job's newest audit event (an index probe): a new event changes the page."""
+    return (
+        AuditEvent.objects.filter(job_id=job_id)
+        .order_by("-event_id")
+        .values_list("event_id", flat=True)
+        .first()
+        or 0
+    )
+
+
+def detail_token(job: Job, last_event: int, orphan: Orphan | None) -> str:
+    """The detail page's version: it changes with the row, the trail or the holder's life."""
+    text = f"{job.updated_at.isoformat()}|{last_event}|{orphan.dead_since if orphan else '-'}"
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
 def _detail_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     now = db_now()
     trail = job_trail(job.job_id)
     fp_text, fp_css = _fingerprint_status(job)
+    orphan = orphaned([job], now).get(job.job_id)
+    last_event = trail[-1].event_id if trail else 0
     return {
         "job": job,
         "now": now,
         "held": job.state in HELD_STATES,
+        "terminal": job.state in TERMINAL_STATES,
+        "orphan": orphan,
+        "token": detail_token(job, last_event, orphan),
+        "poll_seconds": DETAIL_POLL_SECONDS,
         "trail": trail,
         "attempts": attempts_from_trail(trail),
         "refusals": REFUSAL_EVENTS,
@@ -141,16 +354,30 @@ def _detail_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "on_expiry": expiry_behaviour(job.job_type),
         "actions": allowed_actions(job),
         "can_retry": request.user.has_perm("inbox.retry_job"),
+        "can_cancel": request.user.has_perm("inbox.cancel_job"),
     }
 
 
-DETAIL_REGIONS = ("job-summary", "job-trail", "job-actions")
+DETAIL_REGIONS = ("job-summary", "job-attempts", "job-trail", "job-actions", "job-watch")
 
 
 @page(permission="inbox.view_job")
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
-    """Identity, immutable fields, payload, lease, attempts, trail and the allowed actions."""
+    """Identity, immutable fields, payload, lease, attempts, trail and the allowed actions.
+
+    The page's watcher (``job-watch``) polls with the version it shows: unchanged, the answer
+    is 204 and costs three small queries (job row, newest event id, the holder's heartbeat
+    when held) and no rendering; changed, every panel comes back as an out-of-band swap.
+    """
     job = _load_job(job_id)
+    target = request.htmx.target if request.htmx else None
+    if target == "job-watch" and not request.htmx.history_restore_request:
+        now = db_now()
+        orphan = orphaned([job], now).get(job.job_id)
+        if request.GET.get("v") == detail_token(job, _last_event_id(job.job_id), orphan):
+            return HttpResponse(status=204)
+        context = {**_detail_context(request, job), "oob": True}
+        return render(request, f"{DETAIL}#job-refresh", context)
     template = region_template(request, DETAIL, DETAIL_REGIONS, default="job-summary")
     return render(request, template, _detail_context(request, job))
 
@@ -167,11 +394,13 @@ def job_lease(request: HttpRequest, job_id: str) -> HttpResponse:
 
 
 def _render_job_actions(request: HttpRequest, job_id: str, act: ActionContext) -> HttpResponse:
+    """The actions panel with the action's message, plus every other panel out of band: the
+    page shows the job as the action left it, all at once."""
     job = _load_job(job_id)
     context = {**_detail_context(request, job), "act": act}
-    response = render(request, f"{DETAIL}#job-actions", context)
+    response = render(request, f"{DETAIL}#job-action-result", context)
     if act.should_act and act.status == 200:
-        # The trail and summary refresh themselves on this event.
+        # Anything else on the page that shows this job refreshes on this event.
         trigger_client_event(response, "job-changed")
     return response
 
@@ -182,6 +411,17 @@ def job_retry(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpR
     act.perform(
         lambda: transitions.retry_job(job_id, actor=act.actor, reason=act.reason),
         done="Retried: the job is READY again.",
+    )
+    return _render_job_actions(request, job_id, act)
+
+
+@action(permission="inbox.cancel_job", region="job-actions", needs_reason=True)
+def job_cancel(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpResponse:
+    """CREATED / READY / CLAIMED → REJECTED (CANCELLED) by an operator (DESIGN §1.3); a job
+    that began is refused with the transition's own words, and nothing is written."""
+    act.perform(
+        lambda: transitions.cancel_job(job_id, actor=act.actor, reason=act.reason),
+        done="Cancelled: the job is REJECTED (CANCELLED) and will not run.",
     )
     return _render_job_actions(request, job_id, act)
 
@@ -211,8 +451,10 @@ def _bulk_limit(params: QueryDict) -> int:
     return max(1, min(limit, BULK_LIMIT_MAX))
 
 
-def _bulk_select(params: QueryDict, *, eligible_state: str) -> BulkSelection:
+def _bulk_select(params: QueryDict, *, eligible_state: str | Iterable[str]) -> BulkSelection:
     """Selected rows (``job_ids``) or every row matching the filter, up to the limit."""
+    states = {eligible_state} if isinstance(eligible_state, str) else set(eligible_state)
+    wanted = " or ".join(sorted(states))
     mode = "matching" if params.get("mode") == "matching" else "selected"
     limit = _bulk_limit(params)
     selection = BulkSelection(mode=mode, limit=limit)
@@ -224,15 +466,15 @@ def _bulk_select(params: QueryDict, *, eligible_state: str) -> BulkSelection:
             job = jobs.get(job_id)
             if job is None:
                 continue
-            if job.state != eligible_state:
-                selection.skipped.append((job, f"is {job.state}, not {eligible_state}"))
+            if job.state not in states:
+                selection.skipped.append((job, f"is {job.state}, not {wanted}"))
             elif len(selection.eligible) < limit:
                 selection.eligible.append(job)
             else:
                 selection.more = True
         return selection
     job_filter = JobFilter(params, queryset=Job.objects.all())
-    qs = job_filter.qs.filter(state=eligible_state).order_by("created_at", "job_id")
+    qs = job_filter.qs.filter(state__in=states).order_by("created_at", "job_id")
     rows = list(qs[: limit + 1])
     selection.eligible = rows[:limit]
     selection.more = len(rows) > limit
@@ -243,8 +485,10 @@ def _bulk_context(request: HttpRequest, params: QueryDict) -> dict[str, Any]:
     return {
         "retry": _bulk_select(params, eligible_state=JobState.FAILED),
         "reconcile": _reconcile_preview(params),
+        "cancel": _bulk_select(params, eligible_state=CANCELLABLE_STATES),
         "can_retry": request.user.has_perm("inbox.retry_job"),
         "can_reconcile": request.user.has_perm("inbox.reconcile_job"),
+        "can_cancel": request.user.has_perm("inbox.cancel_job"),
     }
 
 
@@ -295,6 +539,23 @@ def bulk_retry(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
         lambda ids: BulkOutcome.of(transitions.retry_jobs(ids, actor=act.actor, reason=act.reason)),
         verb="Retried",
         noun="FAILED",
+    )
+    return _bulk_result(request, act, outcome)
+
+
+@action(permission="inbox.cancel_job", region="bulk-result", needs_reason=True)
+def bulk_cancel(request: HttpRequest, *, act: ActionContext) -> HttpResponse:
+    """Cancel every eligible not-yet-begun row (CREATED, READY, CLAIMED) of the selection, up to
+    the limit, in one set-based call; a row that began meanwhile is refused and named."""
+    selection = _bulk_select(request.POST, eligible_state=CANCELLABLE_STATES)
+    outcome = _run_bulk(
+        act,
+        selection,
+        lambda ids: BulkOutcome.of(
+            transitions.cancel_jobs(ids, actor=act.actor, reason=act.reason)
+        ),
+        verb="Cancelled",
+        noun="not-yet-begun (CREATED, READY or CLAIMED)",
     )
     return _bulk_result(request, act, outcome)
 

@@ -1,6 +1,7 @@
 """The console's roles: which named permissions each group holds.
 
-Created by migration ``console.0001_roles``; ``seed_demo`` and tests rely on these names.
+Created by migration ``console.0001_roles`` (``0003_operator_cancels`` adds cancel_job);
+``seed_demo`` and tests rely on these names.
 """
 
 VIEW = [
@@ -22,6 +23,7 @@ ROLES: dict[str, list[tuple[str, str, str]]] = {
         ("inbox", "job", "retry_job"),
         ("inbox", "job", "reconcile_job"),
         ("inbox", "job", "pause_scope"),
+        ("inbox", "job", "cancel_job"),
         ("runs", "run", "close_run"),
     ],
     "approver": [

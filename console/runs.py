@@ -1,5 +1,6 @@
 """The runs page: one card per store with its current run, lease, group progress and recent
-takeovers, and "close stuck run" (through ``runs.transitions.close_run``)."""
+takeovers; a stuck run (DESIGN §3, ``runs.selectors.stuck_reasons``) says so in red with the
+reason, next to "close stuck run" (through ``runs.transitions.close_run``)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from dataclasses import dataclass
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from console import dashboard
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
 from core.clock import db_now
 from runs import transitions
 from runs.models import Run, RunStatus
-from runs.selectors import RunView, StoreOverview, store_overview
+from runs.selectors import RunView, StoreOverview, Stuck, store_overview, stuck_reasons
 
 RUNS = "console/runs.html"
 
@@ -30,6 +32,8 @@ class StoreCard:
     dom_id: str
     takeovers: list[RunView]
     now: dt.datetime
+    # Why the current run is stuck (DESIGN §3), None when it is not (or not active).
+    stuck: Stuck | None = None
 
     @property
     def store(self) -> str:
@@ -58,7 +62,9 @@ class StoreCard:
 def store_cards(*, store: str | None = None) -> list[StoreCard]:
     now = db_now()
     cards = []
-    for overview in store_overview(now, store=store):
+    overviews = store_overview(now, store=store)
+    stuck = stuck_reasons([o.current.run for o in overviews if o.current], now)
+    for overview in overviews:
         takeovers = [
             view
             for view in overview.history
@@ -70,6 +76,7 @@ def store_cards(*, store: str | None = None) -> list[StoreCard]:
                 dom_id=dom_id("store", overview.store),
                 takeovers=takeovers,
                 now=now,
+                stuck=stuck.get(overview.current.run.run_id) if overview.current else None,
             )
         )
     return cards
@@ -115,4 +122,7 @@ def close_run(request: HttpRequest, run_id: str, *, act: ActionContext):
         ),
         done=f"Run {run_id} closed as abandoned; the store is free.",
     )
+    if request.htmx and request.htmx.target == "dashboard-runs":
+        # Closed from the dashboard: its runs region answers, with the same message.
+        return dashboard.runs_region(request, act)
     return _card_response(request, store, act)

@@ -39,8 +39,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("jobs/bulk/preview/", jobs.bulk_preview, name="bulk_preview"),
     path("jobs/bulk/retry/", jobs.bulk_retry, name="bulk_retry"),
     path("jobs/bulk/reconcile/", jobs.bulk_reconcile, name="bulk_reconcile"),
+    path("jobs/bulk/cancel/", jobs.bulk_cancel, name="bulk_cancel"),
     path("jobs/<path:job_id>/lease/", jobs.job_lease, name="job_lease"),
     path("jobs/<path:job_id>/retry/", jobs.job_retry, name="job_retry"),
+    path("jobs/<path:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
     path("jobs/<path:job_id>/", jobs.job_detail, name="job_detail"),
     # Audit log.
     path("audit/", audit.event_list, name="event_list"),
@@ -63,6 +65,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     # Approvals.
     path("approvals/", approvals.approvals, name="approvals"),
+    path(
+        "approvals/bulk/preview/", approvals.approvals_bulk_preview, name="approvals_bulk_preview"
+    ),
+    path("approvals/bulk/decide/", approvals.approvals_bulk, name="approvals_bulk"),
     path("approvals/<path:job_id>/approve", approvals.approve_delete, name="approve_delete"),
     path("approvals/<path:job_id>/deny", approvals.deny_delete, name="deny_delete"),
     # Runs.

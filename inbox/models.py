@@ -129,6 +129,7 @@ class Job(models.Model):
             ("retry_job", "Can retry failed jobs"),
             ("reconcile_job", "Can reconcile unknown outcomes"),
             ("pause_scope", "Can pause and resume executor scopes"),
+            ("cancel_job", "Can cancel jobs that have not begun"),
         ]
 
     def __str__(self) -> str:

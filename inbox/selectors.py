@@ -8,17 +8,23 @@ paginated without COUNT(*), and each dashboard region is one or two indexed quer
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from audit.models import AuditEvent, EventType
 from core import paging
 from inbox.jobtypes import registry
-from inbox.models import Job, JobState, Worker, WorkerStatus
+from inbox.models import HELD_STATES, Job, JobState, Worker, WorkerStatus
 from inbox.scopes import paused_scopes
+from inbox.transitions import lapsed_outcome
+from inbox.workers import is_alive
 
 # Alert tiles stop counting here ("1,000+" is alarm enough and keeps each tile ~ms at 1M rows).
 ALERT_CAP = 1_000
@@ -33,13 +39,230 @@ def expiry_behaviour(job_type: str) -> str:
 # --- job list ---------------------------------------------------------------------------------
 
 
+# The identifiers the search box matches by prefix; each has an index that serves a prefix range.
+SEARCH_FIELDS = ("job_id", "object_id", "idempotency_key", "mission_id")
+# The largest code point: no character sorts after it.
+_MAX_CHAR = 0x10FFFF
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The least string greater than every string that starts with ``prefix`` (code point
+    order, which is SQLite's BINARY collation: UTF-8 bytes sort like code points), or None
+    when there is none (a prefix of only U+10FFFF characters).
+
+    ``col >= prefix AND col < prefix_upper_bound(prefix)`` is then exactly "starts with", and
+    is an index range; a bound made by appending U+10FFFF would miss ids that continue with
+    U+10FFFF itself.
+    """
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last == _MAX_CHAR:
+            continue
+        following = last + 1
+        if 0xD800 <= following <= 0xDFFF:
+            following = 0xE000  # surrogates are not characters; UTF-8 cannot hold them
+        return "".join(chars) + chr(following)
+    return None
+
+
+def _starts_with(field: str, prefix: str, vendor: str) -> Q:
+    if vendor == "postgresql":
+        # LIKE 'prefix%' (escaped by Django) is the exact predicate; the varchar_pattern_ops
+        # indexes (Django's own *_like ones for the key columns, migration 0006 for the rest)
+        # turn it into an index range whatever the database's collation.
+        return Q(**{f"{field}__startswith": prefix})
+    # SQLite: LIKE is case-insensitive there and never uses an index; a range on the
+    # column's BINARY collation is exact and uses the column's index.
+    upper = prefix_upper_bound(prefix)
+    condition = Q(**{f"{field}__gte": prefix})
+    return condition & Q(**{f"{field}__lt": upper}) if upper is not None else condition
+
+
+# Each identifier contributes at most this many candidates to one search: a search costs at
+# most 4 × (SEARCH_CAP + 1) index entries however many jobs a short prefix matches.
+SEARCH_CAP = 2_000
+
+
+@dataclass(frozen=True)
+class SearchMatches:
+    """The job ids a search term matches, from one bounded read of the four identifier indexes."""
+
+    term: str
+    ids: frozenset[str]
+    # False when some identifier matched more than SEARCH_CAP jobs: ``ids`` holds only the
+    # first SEARCH_CAP of those (in that index's order), and the page says so.
+    complete: bool
+
+
+def search_matches(term: str, *, cap: int | None = None, using: str = "default") -> SearchMatches:
+    """The ids of the jobs whose id, object id, idempotency key or mission id starts with
+    ``term`` (case matters), in ONE query: a UNION ALL of four index ranges, each stopped after
+    ``cap + 1`` entries.
+
+    Bounded on purpose. Letting the database pick its own plan for "an OR of four prefixes,
+    newest first" was measured at 1M jobs: PostgreSQL walked 490,000 rows of the created index
+    for a prefix matching 11,000 jobs (0.3 s), SQLite sorted all 1,000,000 matches of a short
+    prefix (4 to 11 s). Reading the matches from the identifier indexes and paging them by
+    keyset afterwards costs the same for every term.
+    """
+    cap = SEARCH_CAP if cap is None else cap
+    term = term.strip()
+    vendor = connections[using].vendor
+    parts: list[str] = []
+    params: list[object] = []
+    for i, name in enumerate(SEARCH_FIELDS):
+        branch = Job.objects.using(using).filter(_starts_with(name, term, vendor))
+        sql, branch_params = (
+            branch.order_by().values_list("job_id")[: cap + 1].query.sql_with_params()
+        )
+        parts.append(f"SELECT {i} AS b, job_id FROM ({sql}) AS s{i}")
+        params += list(branch_params)
+    with connections[using].cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        rows = cursor.fetchall()
+    per_branch: dict[int, int] = {}
+    for branch_no, _job_id in rows:
+        per_branch[branch_no] = per_branch.get(branch_no, 0) + 1
+    complete = all(n <= cap for n in per_branch.values())
+    return SearchMatches(term, frozenset(job_id for _b, job_id in rows), complete)
+
+
+def with_ids(qs: QuerySet[Job], ids: Iterable[str]) -> QuerySet[Job]:
+    """``qs`` narrowed to the jobs with these ids (a search's matches, a few thousand at most).
+
+    On PostgreSQL the ids travel as one array joined through ``unnest``: given a literal
+    ``IN (…)`` list and ``ORDER BY created_at DESC LIMIT 51``, the planner walked the created
+    index backwards and probed the list (0.2 to 0.5 s at 1M jobs); the array's small row
+    estimate makes it look the ids up by primary key and sort them (13 to 20 ms)."""
+    ids = sorted(ids)
+    if connections[qs.db].vendor == "postgresql":
+        return qs.filter(job_id__in=RawSQL("SELECT unnest(%s::text[])", [ids]))
+    return qs.filter(job_id__in=ids)
+
+
 def search_jobs(qs: QuerySet[Job], term: str) -> QuerySet[Job]:
-    """Exact match on the indexed identifiers; a substring search would scan millions of rows."""
+    """Jobs of ``qs`` whose id, object id, idempotency key or mission id starts with ``term``
+    (see ``search_matches``: prefix, not substring — each branch is an index range)."""
     term = term.strip()
     if not term:
         return qs
-    return qs.filter(
-        Q(job_id=term) | Q(object_id=term) | Q(idempotency_key=term) | Q(mission_id=term)
+    return with_ids(qs, search_matches(term, using=qs.db).ids)
+
+
+class PayloadFilterError(ValueError):
+    """A payload filter that cannot be applied (bad syntax, or not on PostgreSQL)."""
+
+
+def parse_payload_filter(text: str) -> tuple[str, object]:
+    """``key=value`` → (key, value). The value is matched as written: a JSON literal
+    (``42``, ``true``, ``"a b"``, ``null``) keeps its type, anything else is a string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise PayloadFilterError("write the payload filter as key=value, e.g. source_commit=a1b2c3")
+    raw = raw.strip()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    if isinstance(value, dict | list):
+        value = raw  # exact key/value only: objects and lists are matched as their text
+    return key, value
+
+
+def payload_supported(qs: QuerySet[Job]) -> bool:
+    return connections[qs.db].vendor == "postgresql"
+
+
+def filter_payload(qs: QuerySet[Job], text: str) -> QuerySet[Job]:
+    """Jobs whose payload has exactly this top-level key/value (PostgreSQL: JSONB containment,
+    ``payload @> '{"key": value}'``, served by the GIN index of migration 0006)."""
+    if not payload_supported(qs):
+        raise PayloadFilterError("the payload filter needs PostgreSQL (JSONB containment)")
+    key, value = parse_payload_filter(text)
+    return qs.filter(payload__contains={key: value})
+
+
+# --- orphaned jobs (DESIGN §1.4) ---------------------------------------------------------------
+
+# Heartbeat rows read to find the live workers: the most recently seen first, so the alive ones
+# are always among them (dead rows that were never marked stopped pile up behind).
+WORKER_SCAN = 1000
+
+
+def alive_worker_ids(now: dt.datetime) -> set[str]:
+    """Workers whose heartbeat is alive at ``now`` (``inbox.workers.is_alive``)."""
+    rows = Worker.objects.exclude(status=WorkerStatus.STOPPED).order_by("-last_seen_at")
+    return {w.worker_id for w in rows[:WORKER_SCAN] if is_alive(w, now)}
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A held job whose lease still runs but whose holder's heartbeat is dead."""
+
+    holder: str
+    # When the holder's heartbeat died (None: the holder has no heartbeat row at all).
+    dead_since: dt.datetime | None
+    # Whole seconds until the lease lapses and the sweep takes the job.
+    lapses_in: int
+    # The state the sweep will move it to then (READY, FAILED or OUTCOME_UNKNOWN).
+    sweep_to: str
+
+    @property
+    def sweep_words(self) -> str:
+        """What the sweep will do when the lease lapses, in the operator's words."""
+        return {
+            JobState.READY: "offer it again (READY)",
+            JobState.FAILED: "fail it (MAX_ATTEMPTS)",
+        }.get(self.sweep_to, "park it as OUTCOME_UNKNOWN for reconcile")
+
+
+def orphaned(jobs: Iterable[Job], now: dt.datetime) -> dict[str, Orphan]:
+    """{job_id: Orphan} for the CLAIMED/EXECUTING jobs among ``jobs`` whose lease still runs
+    and whose holder's heartbeat is dead, stopped or missing. One query, whatever the count."""
+    held = [
+        job
+        for job in jobs
+        if job.state in HELD_STATES and job.lease_until is not None and job.lease_until >= now
+    ]
+    if not held:
+        return {}
+    heartbeats = {
+        w.worker_id: w for w in Worker.objects.filter(worker_id__in={j.worker_id for j in held})
+    }
+    found: dict[str, Orphan] = {}
+    for job in held:
+        worker = heartbeats.get(job.worker_id)
+        if worker is not None and is_alive(worker, now):
+            continue
+        dead_since = None
+        if worker is not None:
+            stopped = worker.status == WorkerStatus.STOPPED
+            dead_since = (
+                worker.last_seen_at if stopped else worker.last_seen_at + worker.dead_after()
+            )
+        found[job.job_id] = Orphan(
+            holder=job.worker_id,
+            dead_since=dead_since,
+            lapses_in=max(math.floor((job.lease_until - now).total_seconds()), 0),
+            sweep_to=lapsed_outcome(job),
+        )
+    return found
+
+
+def orphaned_jobs(
+    qs: QuerySet[Job], now: dt.datetime, *, alive: set[str] | None = None
+) -> QuerySet[Job]:
+    """The held jobs of ``qs`` whose lease runs and whose holder is not alive, in lease order
+    (the partial lease index: a few rows however large the table). ``alive``: the live
+    workers' ids when the caller has read them already."""
+    alive = alive_worker_ids(now) if alive is None else alive
+    return (
+        qs.held()
+        .filter(lease_until__gte=now)
+        .exclude(worker_id__in=alive)
+        .order_by("lease_until", "job_id")
     )
 
 
@@ -110,6 +333,11 @@ def job_trail(job_id: str, limit: int = TRAIL_LIMIT) -> list[AuditEvent]:
     return newest
 
 
+# States an operator may cancel from (DESIGN §1.3: not begun); ``transitions.cancel_jobs``
+# guards the same set in its WHERE clause, this only decides which buttons to show.
+CANCELLABLE_STATES = (JobState.CREATED, JobState.READY, JobState.CLAIMED)
+
+
 def allowed_actions(job: Job) -> list[str]:
     """The console actions the job's current state allows (the template shows only these)."""
     actions = []
@@ -119,6 +347,8 @@ def allowed_actions(job: Job) -> list[str]:
         actions.append("reconcile")
     if job.state == JobState.CREATED and not job.approval_id:
         actions.append("approve")
+    if job.state in CANCELLABLE_STATES:
+        actions.append("cancel")
     return actions
 
 
@@ -156,36 +386,58 @@ class Alerts:
     dead_workers: int
     pending_approvals: int
     paused_scopes: list[str]
+    # Held jobs whose lease runs but whose holder is dead (DESIGN §1.4).
+    orphaned: int = 0
+
+
+def capped_counts(querysets: Iterable[QuerySet], cap: int) -> list[int]:
+    """Several capped counts (each at most ``cap + 1``) in ONE query: a scalar subquery per
+    queryset, each reading at most ``cap + 1`` index entries."""
+    parts: list[str] = []
+    params: list[object] = []
+    for i, qs in enumerate(querysets):
+        sql, qparams = qs.order_by().values_list("pk")[: cap + 1].query.sql_with_params()
+        parts.append(f"(SELECT COUNT(*) FROM ({sql}) AS c{i})")
+        params += list(qparams)
+    if not parts:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        return [int(n) for n in cursor.fetchone()]
 
 
 def dashboard_alerts(now: dt.datetime) -> Alerts:
-    """The alert tiles: each one a capped, indexed count."""
-    unknown = paging.capped_count(Job.objects.filter(state=JobState.OUTCOME_UNKNOWN), ALERT_CAP)
-    lapsed = paging.capped_count(Job.objects.lapsed(now), ALERT_CAP)
-    pending = paging.capped_count(Job.objects.awaiting_approval(), ALERT_CAP)
-    dead = sum(1 for worker in _workers_alive(now) if not worker[1])
+    """The alert tiles: capped, indexed counts in one query, plus one read of the live
+    heartbeat rows (alive and dead workers, and who may hold a lease) and one of the pauses."""
+    workers = list(
+        Worker.objects.exclude(status=WorkerStatus.STOPPED).order_by("-last_seen_at")[:WORKER_SCAN]
+    )
+    # A stopped worker is not dead: it said goodbye. Same rule as inbox.workers.is_alive.
+    alive = {w.worker_id for w in workers if is_alive(w, now)}
+    unknown, lapsed, pending, orphans = capped_counts(
+        [
+            Job.objects.filter(state=JobState.OUTCOME_UNKNOWN),
+            Job.objects.lapsed(now),
+            Job.objects.awaiting_approval(),
+            orphaned_jobs(Job.objects.all(), now, alive=alive),
+        ],
+        ALERT_CAP,
+    )
     paused = [pause.scope for pause in paused_scopes()]
     return Alerts(
         unknown=unknown,
         lapsed=lapsed,
-        dead_workers=dead,
+        dead_workers=len(workers) - len(alive),
         pending_approvals=pending,
         paused_scopes=paused,
+        orphaned=orphans,
     )
 
 
-def _workers_alive(now: dt.datetime) -> list[tuple[str, bool]]:
-    """(worker_id, alive) for workers not cleanly stopped: a stopped worker is not dead.
-
-    Bounded: stopped rows pile up over restarts and are never read here.
-    """
-    rows = Worker.objects.exclude(status=WorkerStatus.STOPPED).order_by("worker_id")[:1000]
-    # Same rule as inbox.workers.is_alive: seen within 3 × poll + lease (database time).
-    return [(w.worker_id, w.last_seen_at + w.dead_after() >= now) for w in rows]
-
-
-# Finished = reached SUCCEEDED or FAILED (DESIGN §4 "throughput").
-FINISHED_STATES = (JobState.SUCCEEDED, JobState.FAILED)
+# Finished = reached SUCCEEDED, FAILED or OUTCOME_UNKNOWN (DESIGN §4 "throughput"): the three
+# ways an execution ends. The last two make the failed / unknown rate.
+FINISHED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.OUTCOME_UNKNOWN)
+BAD_STATES = (JobState.FAILED, JobState.OUTCOME_UNKNOWN)
 
 
 # Rows the throughput chart reads per finished state, at most. At a sustained 1,000 jobs/s the
@@ -195,24 +447,37 @@ THROUGHPUT_CAP = 50_000
 
 @dataclass(frozen=True)
 class Throughput:
-    """Jobs finished per minute, oldest first, zero-filled."""
+    """Jobs finished per minute, oldest first, zero-filled: in total, per scope, and how many of
+    them failed or ended unknown."""
 
     points: list[tuple[str, int]]
     # "HH:MM" when the cap cut the count: that minute and the ones before it are undercounted.
     partial_through: str = ""
+    # {scope: finished per minute}, aligned with ``points``.
+    by_scope: dict[str, list[int]] = field(default_factory=dict)
+    # FAILED + OUTCOME_UNKNOWN per minute, aligned with ``points``.
+    bad: list[int] = field(default_factory=list)
+
+    @property
+    def bad_rate(self) -> list[float | None]:
+        """Failed or unknown share of each minute's finished jobs (None: nothing finished)."""
+        return [
+            (bad / total if total else None)
+            for (_label, total), bad in zip(self.points, self.bad, strict=True)
+        ]
 
 
 def throughput_per_minute(
     now: dt.datetime, minutes: int = 60, cap: int = THROUGHPUT_CAP
 ) -> Throughput:
-    """Jobs finished per minute over the last ``minutes``: one bounded query.
+    """Jobs finished per minute over the last ``minutes``, per scope and per outcome: one
+    bounded query.
 
     A finished job's ``updated_at`` is the moment it finished. Each finished state reads at most
     its newest ``cap`` rows, a backward range scan of ``Job(state, updated_at)``
-    (job_state_updated_idx, index-only on PostgreSQL); a busier hour shows its recent minutes
-    exact and says from where the older ones are cut. Cheaper than the audit log (three times
-    the rows). A FAILED job an operator has since retried no longer counts; the audit page has
-    the full history.
+    (job_state_updated_idx); a busier hour shows its recent minutes exact and says from where
+    the older ones are cut. Cheaper than the audit log (three times the rows). A FAILED job an
+    operator has since retried no longer counts; the audit page has the full history.
     """
     start = (now - dt.timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
     table = connection.ops.quote_name(Job._meta.db_table)
@@ -221,13 +486,13 @@ def throughput_per_minute(
     else:
         minute = "strftime('%%Y-%%m-%%d %%H:%%M:00', updated_at)"
     branch = (
-        f"SELECT * FROM (SELECT %s AS b, updated_at FROM {table} WHERE state = %s "
+        f"SELECT * FROM (SELECT %s AS b, scope, updated_at FROM {table} WHERE state = %s "
         "AND updated_at >= %s ORDER BY updated_at DESC LIMIT %s) AS {name}"
     )
     sql = (
-        f"SELECT b, {minute} AS m, COUNT(*) FROM ("
+        f"SELECT b, scope, {minute} AS m, COUNT(*) FROM ("
         + " UNION ALL ".join(branch.format(name=f"s{i}") for i in range(len(FINISHED_STATES)))
-        + ") AS t GROUP BY b, m"
+        + ") AS t GROUP BY b, scope, m"
     )
     since = connection.ops.adapt_datetimefield_value(start)
     params: list[object] = []
@@ -237,9 +502,12 @@ def throughput_per_minute(
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     buckets = [0] * minutes
+    bad = [0] * minutes
+    by_scope: dict[str, list[int]] = {}
+    bad_branches = {i for i, state in enumerate(FINISHED_STATES) if state in BAD_STATES}
     oldest: dict[int, int] = {}  # per branch: its oldest minute index
     totals: dict[int, int] = {}  # per branch: rows read
-    for b, minute_at, count in rows:
+    for b, scope, minute_at, count in rows:
         if isinstance(minute_at, str):
             minute_at = dt.datetime.fromisoformat(minute_at).replace(tzinfo=dt.UTC)
         index = int((minute_at - start).total_seconds() // 60)
@@ -247,22 +515,119 @@ def throughput_per_minute(
         totals[b] = totals.get(b, 0) + count
         if 0 <= index < minutes:
             buckets[index] += count
+            by_scope.setdefault(scope, [0] * minutes)[index] += count
+            if b in bad_branches:
+                bad[index] += count
     cut = [oldest[b] for b, total in totals.items() if total >= cap]
     labels = [(start + dt.timedelta(minutes=i)).strftime("%H:%M") for i in range(minutes)]
     partial = labels[max(cut)] if cut and 0 <= max(cut) < minutes else ""
-    return Throughput(list(zip(labels, buckets, strict=True)), partial)
+    return Throughput(
+        list(zip(labels, buckets, strict=True)),
+        partial,
+        by_scope=dict(sorted(by_scope.items())),
+        bad=bad,
+    )
+
+
+# Age buckets of the READY backlog chart: (label, lower bound in seconds); the last is open.
+READY_AGE_BUCKETS = (("<1m", 0), ("1–5m", 60), ("5–15m", 300), ("15–60m", 900))
+READY_AGE_OPEN = ("≥1h", 3600)
+# Each bucket counts at most this many jobs ("1,000+").
+READY_AGE_CAP = 1_000
+
+
+@dataclass(frozen=True)
+class ReadyAge:
+    """One scope's READY backlog: its oldest job's age and how many wait in each age bucket."""
+
+    scope: str
+    # Seconds the oldest READY job has waited since it was created (None: nothing READY).
+    oldest_seconds: int | None
+    # (label, count capped at READY_AGE_CAP + 1), youngest first.
+    buckets: list[tuple[str, int]]
+
+
+def ready_age_by_scope(now: dt.datetime, cap: int = READY_AGE_CAP) -> list[ReadyAge]:
+    """Per scope: the oldest READY job's age and the backlog by age, in ONE query.
+
+    Every part reads the claim index (``job_claim_idx``: READY only, by scope and created_at),
+    so each is a bounded range however many jobs wait. Ages count from ``created_at``: a job
+    deferred with ``run_after`` or handed back by the sweep counts its whole wait.
+    """
+    names = sorted({t.scope for t in registry().values()})
+    if not names:
+        return []
+    table = connection.ops.quote_name(Job._meta.db_table)
+    edges = [*READY_AGE_BUCKETS, READY_AGE_OPEN]
+    parts: list[str] = []
+    params: list[object] = []
+
+    def stamp(seconds: int) -> object:
+        return connection.ops.adapt_datetimefield_value(now - dt.timedelta(seconds=seconds))
+
+    for i, scope in enumerate(names):
+        parts.append(
+            f"(SELECT MIN(created_at) FROM {table} WHERE state = %s AND scope = %s) AS o{i}"
+        )
+        params += [str(JobState.READY), scope]
+        for j, (_label, low) in enumerate(edges):
+            high = edges[j + 1][1] if j + 1 < len(edges) else None
+            # Younger than ``low`` seconds is created after now - low.
+            condition = "created_at <= %s"
+            bounds: list[object] = [stamp(low)]
+            if high is not None:
+                condition += " AND created_at > %s"
+                bounds.append(stamp(high))
+            parts.append(
+                f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE state = %s AND scope = %s "
+                f"AND {condition} LIMIT %s) AS a{i}_{j})"
+            )
+            params += [str(JobState.READY), scope, *bounds, cap + 1]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        row = cursor.fetchone()
+    per_scope = len(edges) + 1
+    result = []
+    for i, scope in enumerate(names):
+        values = row[i * per_scope : (i + 1) * per_scope]
+        oldest = values[0]
+        if isinstance(oldest, str):
+            oldest = dt.datetime.fromisoformat(oldest).replace(tzinfo=dt.UTC)
+        if oldest is not None and timezone.is_naive(oldest):
+            oldest = oldest.replace(tzinfo=dt.UTC)
+        age = None if oldest is None else max(math.floor((now - oldest).total_seconds()), 0)
+        buckets = [(label, int(n)) for (label, _low), n in zip(edges, values[1:], strict=True)]
+        result.append(ReadyAge(scope, age, buckets))
+    return result
 
 
 __all__ = [
     "ALERT_CAP",
+    "CANCELLABLE_STATES",
+    "SEARCH_CAP",
+    "SEARCH_FIELDS",
     "Alerts",
     "Attempt",
+    "Orphan",
+    "PayloadFilterError",
+    "ReadyAge",
+    "SearchMatches",
+    "alive_worker_ids",
     "allowed_actions",
     "attempts_from_trail",
     "dashboard_alerts",
     "expiry_behaviour",
+    "filter_payload",
     "job_trail",
+    "orphaned",
+    "orphaned_jobs",
+    "parse_payload_filter",
+    "payload_supported",
+    "prefix_upper_bound",
+    "ready_age_by_scope",
     "search_jobs",
+    "search_matches",
     "state_counts",
     "throughput_per_minute",
+    "with_ids",
 ]

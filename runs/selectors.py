@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db.models import Count, F, Window
+from django.conf import settings
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery, Window
 from django.db.models.functions import RowNumber
 
 from core.clock import db_now
+from core.errors import ConfigurationError
+from inbox.models import Worker, WorkerStatus
+from inbox.workers import is_alive
 from runs.models import Group, GroupStatus, Run, RunStatus
 
 log = logging.getLogger(__name__)
@@ -95,7 +100,7 @@ def store_overview(
     recent = Run.objects.annotate(
         rank=Window(RowNumber(), partition_by=[F("store")], order_by=F("started_at").desc())
     ).filter(rank__lte=max(history, 1))
-    active = Run.objects.filter(status=RunStatus.ACTIVE)
+    active = with_owner_heartbeat(Run.objects.filter(status=RunStatus.ACTIVE))
     if store is not None:
         recent = recent.filter(store=store)
         active = active.filter(store=store)
@@ -142,5 +147,121 @@ def list_runs(
 
 
 def active_runs(*, limit: int = 20) -> list[Run]:
-    """Runs whose status is active, lapsed ones included (their lease bar shows it)."""
-    return list(Run.objects.filter(status=RunStatus.ACTIVE).order_by("store")[:limit])
+    """Runs whose status is active, lapsed ones included (their lease bar shows it), each with
+    its owner's heartbeat (``with_owner_heartbeat``) for ``stuck_reasons``."""
+    qs = with_owner_heartbeat(Run.objects.filter(status=RunStatus.ACTIVE))
+    return list(qs.order_by("store")[:limit])
+
+
+# --- stuck runs (DESIGN §3) -------------------------------------------------------------------
+
+# No progress for longer than this (while the lease still runs) makes a run stuck.
+DEFAULT_STUCK_AFTER_SECONDS = 300
+
+
+def stuck_after_seconds() -> int:
+    """``settings.RUNS_STUCK_AFTER_SECONDS`` (default 300), refused unless a positive integer."""
+    value = getattr(settings, "RUNS_STUCK_AFTER_SECONDS", DEFAULT_STUCK_AFTER_SECONDS)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigurationError(
+            f"RUNS_STUCK_AFTER_SECONDS must be a positive number of seconds, got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """Why an effectively active run is stuck: derived when read, never stored."""
+
+    # "owner_dead" (its heartbeat row is dead, stopped or missing) or "no_progress".
+    kind: str
+    # Since when: the moment the owner's heartbeat died, or the run's last progress.
+    since: dt.datetime | None
+    # The operator's words, without the time ("owner w-1 is dead (no heartbeat)").
+    reason: str
+    # Seconds the condition has lasted at ``now`` (0 when unknown).
+    for_seconds: float = 0.0
+
+
+# The owner's heartbeat columns ``with_owner_heartbeat`` puts on each run.
+_OWNER_FIELDS = {
+    "owner_last_seen_at": "last_seen_at",
+    "owner_status": "status",
+    "owner_poll_seconds": "poll_seconds",
+    "owner_lease_seconds": "lease_seconds",
+}
+
+
+def with_owner_heartbeat(qs: QuerySet[Run]) -> QuerySet[Run]:
+    """Runs with their owner's heartbeat row read in the same query (correlated subqueries on
+    the worker table's primary key), so ``stuck_reasons`` needs no query of its own."""
+    owner = Worker.objects.filter(worker_id=OuterRef("worker_id"))
+    return qs.annotate(
+        **{name: Subquery(owner.values(column)[:1]) for name, column in _OWNER_FIELDS.items()}
+    )
+
+
+def _owners(runs: list[Run]) -> dict[str, Worker]:
+    """The owners' heartbeat rows: from ``with_owner_heartbeat``'s columns when every run has
+    them (no query), else one query."""
+    if all(hasattr(run, "owner_status") for run in runs):
+        owners = {}
+        for run in runs:
+            if run.owner_status is None:
+                continue  # no heartbeat row
+            owners[run.worker_id] = Worker(
+                worker_id=run.worker_id,
+                last_seen_at=run.owner_last_seen_at,
+                status=run.owner_status,
+                poll_seconds=run.owner_poll_seconds,
+                lease_seconds=run.owner_lease_seconds,
+            )
+        return owners
+    ids = {run.worker_id for run in runs}
+    return {worker.worker_id: worker for worker in Worker.objects.filter(worker_id__in=ids)}
+
+
+def stuck_reasons(runs: Iterable[Run], now: dt.datetime) -> dict[str, Stuck]:
+    """{run_id: Stuck} for the effectively active runs among ``runs`` that are stuck.
+
+    Stuck (DESIGN §3): the run holds its store (``status = active`` and its lease runs) but its
+    owner's heartbeat is dead — the consolidator's heartbeat row is the one whose ``worker_id``
+    is the run's — or it has made no progress (``renewed_at``) for longer than
+    ``RUNS_STUCK_AFTER_SECONDS``. At most one query (none for runs read with
+    ``with_owner_heartbeat``), whatever the count.
+    A dead owner wins over slow progress: it is the stronger reason to close the run.
+    """
+    live = [run for run in runs if run.status == RunStatus.ACTIVE and run.expires_at >= now]
+    if not live:
+        return {}
+    threshold = stuck_after_seconds()
+    owners = _owners(live)
+    found: dict[str, Stuck] = {}
+    for run in live:
+        owner = owners.get(run.worker_id)
+        if owner is None:
+            found[run.run_id] = Stuck("owner_dead", None, "its owner has no heartbeat row")
+        elif not is_alive(owner, now):
+            # A stopped owner said goodbye at last_seen_at; a silent one died when its
+            # heartbeat deadline passed.
+            if owner.status == WorkerStatus.STOPPED:
+                since, what = owner.last_seen_at, "its owner stopped"
+            else:
+                since, what = owner.last_seen_at + owner.dead_after(), "its owner is dead"
+            found[run.run_id] = Stuck(
+                "owner_dead", since, what, max((now - since).total_seconds(), 0.0)
+            )
+        else:
+            idle = (now - run.renewed_at).total_seconds()
+            if idle > threshold:
+                found[run.run_id] = Stuck("no_progress", run.renewed_at, "no progress", idle)
+    return found
+
+
+def stuck_runs(at: dt.datetime | None = None, *, limit: int = 100) -> list[tuple[Run, Stuck]]:
+    """Every stuck run (at most one per store holds it), store order: the dashboard's tile."""
+    now = db_now(at)
+    live = Run.objects.filter(status=RunStatus.ACTIVE, expires_at__gte=now)
+    runs = list(with_owner_heartbeat(live).order_by("store")[:limit])
+    reasons = stuck_reasons(runs, now)
+    return [(run, reasons[run.run_id]) for run in runs if run.run_id in reasons]

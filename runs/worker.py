@@ -14,6 +14,12 @@ A worker that is killed outright leaves its run to expire.
 
 If another worker takes the store over, this one's writes are rejected (``GroupExpired``); it
 then stops instead of taking the store back, so two workers never ping-pong over a store.
+
+Output: a line when something changes, not the same lines every pass. A member's line (keep,
+drop with its DELETE, defer) prints only if the previous pass did not say the same about that
+member, so re-planning the same duplicates stays quiet and a new duplicate prints one line; a
+process's first pass prints everything (its reader has seen nothing yet). The plan and the
+completion lines frame a pass that printed something and are left out otherwise.
 """
 
 from __future__ import annotations
@@ -71,6 +77,12 @@ class ConsolidatorWorker(WorkerLoop):
         self.consolidator = consolidator or get_consolidator()
         self.progress = Progress()
         self._run_id = ""
+        # The current pass's plan line, printed before its first line that is news.
+        self._plan_line = ""
+        # What this pass and the previous one said about each member (without run ids).
+        self._pass: set[str] = set()
+        self._last_pass: set[str] = set()
+        self._said = False
 
     # --- the loop's hooks -------------------------------------------------------------------
 
@@ -124,7 +136,7 @@ class ConsolidatorWorker(WorkerLoop):
         if served.planned:
             self.progress.runs_planned += 1
             counts = group_counts_by_run([served.run.run_id])[served.run.run_id]
-            self.say(
+            self._start_pass(
                 f"planned run {served.run.run_id}: {sum(counts.values())} group(s), "
                 f"lease until {served.run.expires_at.isoformat()}"
             )
@@ -139,10 +151,34 @@ class ConsolidatorWorker(WorkerLoop):
             return True
         return self._work_group(served)
 
+    # --- output: news at once, routine only when the pass differs from the last one --------
+
+    def _start_pass(self, plan_line: str = "") -> None:
+        self._plan_line = plan_line
+        self._pass = set()
+        self._said = False
+
+    def _tell(self, line: str, *, same: str) -> None:
+        """Print ``line`` unless the previous pass said ``same`` too (then it is no news)."""
+        self._pass.add(same)
+        if same in self._last_pass:
+            return
+        if not self._said and self._plan_line:
+            self.say(self._plan_line)
+        self._said = True
+        self.say(line)
+
+    def _end_pass(self, closing: str = "") -> None:
+        """Close a pass: its closing line only if it printed something."""
+        if self._said and closing:
+            self.say(closing)
+        self._last_pass = self._pass
+        self._start_pass()
+
     def _completed(self, run_id: str) -> None:
         self.progress.runs_completed += 1
         done = ", ".join(f"{n} {d}" for d, n in sorted(self.progress.disposed.items())) or "none"
-        self.say(f"run {run_id} complete; dispositions so far: {done}")
+        self._end_pass(f"run {run_id} complete; dispositions so far: {done}")
 
     def _work_group(self, served: transitions.Served) -> bool:
         """Dispose a served group's members; False when the worker must stop."""
@@ -183,11 +219,15 @@ class ConsolidatorWorker(WorkerLoop):
             counts[disposition] = counts.get(disposition, 0) + 1
             self.beat()
             job = result.applied.get("job_id")
-            extra = ""
-            if job:
-                how = "requested" if result.applied.get("created") else "already requested"
-                extra = f" → DELETE job {job} ({how})"
-            self.say(f"  group {group.seq}: {disposition} {member.item_ref}{extra}")
+            line = f"  group {group.seq}: {disposition} {member.item_ref}"
+            # Keyed without the group number: a new duplicate may renumber the groups.
+            same = f"{disposition} {member.item_ref} {job or ''}"
+            if job and result.applied.get("created"):
+                self._tell(f"{line} → DELETE job {job} (requested)", same=same)
+            elif job:
+                self._tell(f"{line} → DELETE job {job} (already requested)", same=same)
+            else:
+                self._tell(line, same=same)
             if result.run_closed:
                 self._completed(served.run.run_id)
                 if self.once:
@@ -202,7 +242,8 @@ class ConsolidatorWorker(WorkerLoop):
         except GroupExpired as exc:
             return self._lost(exc)
         self.progress.deferred += 1
-        self.say(f"  deferred group {result.group.seq}: {reason}")
+        # The same deferral every pass (a keeper that stays changed) is not news twice.
+        self._tell(f"  deferred group {result.group.seq}: {reason}", same=f"deferred {reason}")
         if result.run_closed:
             self._completed(result.group.run_id)
             if self.once:
@@ -244,6 +285,7 @@ class ConsolidatorWorker(WorkerLoop):
             return False
         # Our own lease lapsed (nobody took over): the next turn plans a fresh run.
         self.say(f"write rejected: {exc}; planning again")
+        self._end_pass()
         return True
 
     def _close_own_run(self) -> None:

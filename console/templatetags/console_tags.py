@@ -13,12 +13,15 @@ from collections.abc import Sequence
 
 from django import template
 from django.urls import reverse
+from django.utils import dateformat, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from console import tables
 from core.paging import count_label
+from inbox.models import JobState
 from inbox.selectors import expiry_behaviour
+from inbox.transitions import lapsed_outcome
 
 register = template.Library()
 
@@ -39,6 +42,18 @@ def capped(count: int, cap: int | None = None) -> str:
 def on_expiry(job_type: str) -> str:
     """What the sweep does to a job of this type when its lease lapses."""
     return expiry_behaviour(job_type)
+
+
+@register.filter
+def lapse_words(job: object) -> str:
+    """What the sweep will do to this held job when its lease lapses: "retried", "failed (max
+    attempts)" or "parked for reconcile" (``inbox.transitions.lapsed_outcome``)."""
+    outcome = lapsed_outcome(job)  # type: ignore[arg-type]
+    if outcome == JobState.READY:
+        return "retried"
+    if outcome == JobState.FAILED:
+        return "failed (max attempts)"
+    return "parked for reconcile"
 
 
 @register.filter
@@ -163,44 +178,311 @@ def lease_bar(
     }
 
 
+# --- times -----------------------------------------------------------------------------------
+
+
+def age_words(seconds: float) -> str:
+    """ "12 s ago", "3 min ago", "2 h 5 min ago", "3 days ago" (console.js says the same)."""
+    seconds = max(math.floor(seconds), 0)
+    if seconds < 60:
+        return f"{seconds} s ago"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min ago"
+    hours = minutes // 60
+    if hours < 48:
+        return f"{hours} h {minutes % 60} min ago"
+    return f"{hours // 24} days ago"
+
+
+def duration_words(seconds: float) -> str:
+    """ "45 s", "6 min", "2 h 5 min": how long something has lasted."""
+    return age_words(seconds).removesuffix(" ago")
+
+
 @register.simple_tag
-def svg_chart(
-    points: Sequence[tuple[str, int]],
+def age_text(seconds: float) -> str:
+    """A duration in words ("6 min"), for ages computed on the server."""
+    return duration_words(seconds)
+
+
+def clock_text(value: dt.datetime, fmt: str = "Y-m-d H:i:s") -> str:
+    """A time in the console's zone with the zone's name: "2026-12-01 12:03:07 UTC"."""
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    return f"{dateformat.format(local, fmt)} {dateformat.format(local, 'T')}"
+
+
+@register.simple_tag
+def when(
+    value: dt.datetime | None,
+    now: dt.datetime | None = None,
     *,
-    title: str = "",
-    width: int = 600,
-    height: int = 120,
+    fmt: str = "Y-m-d H:i:s",
+    ago: bool = True,
 ) -> SafeString:
-    """An inline bar chart rendered on the server: no JS library, no CSP exception."""
+    """A time with its zone and, ticking, its relative age: "12:03:07 UTC (3 min ago)"."""
+    if value is None:
+        return format_html('<span class="muted">—</span>')
+    now = now or timezone.now()
+    stamp = format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        clock_text(value),
+        clock_text(value, fmt),
+    )
+    if not ago:
+        return stamp
+    seconds = (now - value).total_seconds()
+    if seconds < 0:
+        return stamp
+    return format_html(
+        '{} <span class="age muted" data-age="{}">{}</span>',
+        stamp,
+        str(math.floor(seconds)),
+        age_words(seconds),
+    )
+
+
+@register.simple_tag
+def stuck_words(stuck: object, now: dt.datetime) -> str:
+    """Why a run is stuck, as the runs page and dashboard say it: "owner dead since 12:03:07
+    UTC", "no progress for 6 min"."""
+    kind = getattr(stuck, "kind", "")
+    since = getattr(stuck, "since", None)
+    if kind == "no_progress":
+        return f"no progress for {duration_words(getattr(stuck, 'for_seconds', 0.0))}"
+    reason = str(getattr(stuck, "reason", "stuck"))
+    if since is None:
+        return "owner has no heartbeat (never seen alive)"
+    words = "owner stopped" if "stopped" in reason else "owner dead"
+    return f"{words} since {clock_text(since, 'H:i:s')}"
+
+
+@register.simple_tag
+def orphan_words(orphan: object) -> str:
+    """What an orphaned job is waiting for: "holder w-1 dead since 12:03:07 UTC; in 40 s the
+    sweep will offer it again (READY)"."""
+    holder = getattr(orphan, "holder", "") or "(none)"
+    since = getattr(orphan, "dead_since", None)
+    dead = f"dead since {clock_text(since, 'H:i:s')}" if since else "has no heartbeat"
+    lapses_in = int(getattr(orphan, "lapses_in", 0))
+    sweep = getattr(orphan, "sweep_words", "")
+    return f"holder {holder} {dead}; when the lease lapses in {lapses_in} s the sweep will {sweep}"
+
+
+# --- charts ------------------------------------------------------------------------------------
+
+
+def nice_ceiling(value: float) -> int:
+    """The axis maximum: the smallest 1, 2, 2.5 or 5 × 10^k at or above ``value`` (at least 1)."""
+    if value <= 1:
+        return 1
+    magnitude = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if step * magnitude >= value:
+            return math.ceil(step * magnitude)
+    return math.ceil(10 * magnitude)  # pragma: no cover
+
+
+@register.simple_tag
+def series_class(index: int) -> str:
+    """The css class of the ``index``-th scope's line (six colours, then they repeat)."""
+    return f"series-{int(index) % SERIES_COLOURS}"
+
+
+# Distinct line colours in console.css (.series-0 … .series-5).
+SERIES_COLOURS = 6
+
+
+def _join(parts: Sequence[SafeString]) -> SafeString:
+    """Concatenate markup that went through ``format_html`` (anything else is escaped)."""
+    return format_html_join("", "{}", ((part,) for part in parts))
+
+
+def _fmt(number: float) -> str:
+    return f"{number:.1f}"
+
+
+# The chart's frame (viewBox units): plot area inside the axes' margins.
+CHART_W, CHART_H = 640, 190
+PLOT_L, PLOT_R, PLOT_T, PLOT_B = 46, 44, 26, 24
+
+
+@register.simple_tag
+def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
+    """Finished jobs per minute: bars for the total on a labelled left axis (jobs / min), a
+    line per scope on the same axis, and the failed-or-unknown share as a dashed line on a
+    right axis (0–100 %). Server-rendered SVG: no JS library, no CSP exception."""
+    points: Sequence[tuple[str, int]] = getattr(throughput, "points", [])
+    by_scope: dict[str, list[int]] = getattr(throughput, "by_scope", {})
+    rates: list[float | None] = list(getattr(throughput, "bad_rate", []))
     count = max(len(points), 1)
     peak = max((value for _, value in points), default=0)
-    scale = (height - 14) / peak if peak else 0.0
-    bar_w = width / count
-    bars = []
-    for index, (label, value) in enumerate(points):
-        bar_h = value * scale
-        bars.append(
-            (
-                f"{index * bar_w + 0.5:.1f}",
-                f"{height - bar_h:.1f}",
-                f"{max(bar_w - 1, 0.5):.1f}",
-                f"{bar_h:.1f}",
-                f"{label}: {value}",
+    top = nice_ceiling(peak)
+    width = CHART_W - PLOT_L - PLOT_R
+    height = CHART_H - PLOT_T - PLOT_B
+    bottom = PLOT_T + height
+    step = width / count
+
+    def y_of(value: float) -> float:
+        return bottom - value / top * height
+
+    parts: list[SafeString] = []
+    # Left axis: gridlines and labels at 0, half and the top.
+    for value in (0, top / 2, top):
+        y = _fmt(y_of(value))
+        label = f"{value:g}"
+        parts.append(
+            format_html(
+                '<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"></line>'
+                '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
+                str(PLOT_L),
+                str(PLOT_L + width),
+                y,
+                y,
+                str(PLOT_L - 4),
+                _fmt(float(y) + 3),
+                label,
             )
         )
-    rects = format_html_join(
+    parts.append(
+        format_html(
+            '<text class="axis-title" x="{}" y="{}">jobs / min</text>'
+            '<text class="axis-title" x="{}" y="{}" text-anchor="end">% failed or unknown</text>',
+            str(PLOT_L - 40),
+            str(PLOT_T - 14),
+            str(CHART_W - 2),
+            str(PLOT_T - 14),
+        )
+    )
+    # Right axis (rate).
+    for share in (0.0, 0.5, 1.0):
+        y = _fmt(bottom - share * height)
+        parts.append(
+            format_html(
+                '<text class="axis rate-axis" x="{}" y="{}">{}</text>',
+                str(PLOT_L + width + 4),
+                _fmt(float(y) + 3),
+                f"{share:.0%}",
+            )
+        )
+    # X labels: every 15th minute.
+    for index, (label, _value) in enumerate(points):
+        if index % 15 == 0 or index == count - 1:
+            parts.append(
+                format_html(
+                    '<text class="axis" x="{}" y="{}" text-anchor="middle">{}</text>',
+                    _fmt(PLOT_L + index * step + step / 2),
+                    str(CHART_H - 8),
+                    label,
+                )
+            )
+    bars = format_html_join(
         "",
         '<rect x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>',
-        bars,
+        (
+            (
+                _fmt(PLOT_L + index * step + 0.5),
+                _fmt(y_of(value)),
+                _fmt(max(step - 1, 0.5)),
+                _fmt(bottom - y_of(value)),
+                f"{label}: {value}",
+            )
+            for index, (label, value) in enumerate(points)
+        ),
     )
+    lines: list[SafeString] = []
+    for n, (scope, series) in enumerate(by_scope.items()):
+        coords = " ".join(
+            f"{_fmt(PLOT_L + i * step + step / 2)},{_fmt(y_of(v))}" for i, v in enumerate(series)
+        )
+        lines.append(
+            format_html(
+                '<polyline class="series {}" points="{}"><title>{}</title></polyline>',
+                series_class(n),
+                coords,
+                f"scope {scope}",
+            )
+        )
+    # The rate line breaks over minutes in which nothing finished.
+    segment: list[str] = []
+    segments: list[list[str]] = []
+    for i, rate in enumerate(rates):
+        if rate is None:
+            if segment:
+                segments.append(segment)
+            segment = []
+            continue
+        segment.append(f"{_fmt(PLOT_L + i * step + step / 2)},{_fmt(bottom - rate * height)}")
+    if segment:
+        segments.append(segment)
+    for seg in segments:
+        if len(seg) == 1:
+            x, y = seg[0].split(",")
+            lines.append(
+                format_html('<circle class="rate" cx="{}" cy="{}" r="1.8"></circle>', x, y)
+            )
+        else:
+            lines.append(
+                format_html(
+                    '<polyline class="rate" points="{}"><title>failed or unknown</title>'
+                    "</polyline>",
+                    " ".join(seg),
+                )
+            )
     return format_html(
-        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}" '
-        'preserveAspectRatio="none"><title>{}</title>'
-        '<text x="2" y="10" class="chart-peak">peak {}</text>{}</svg>',
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">'
+        "<title>{}</title>{}{}{}</svg>",
+        str(CHART_W),
+        str(CHART_H),
+        title,
+        title,
+        _join(parts),
+        bars,
+        _join(lines),
+    )
+
+
+@register.simple_tag
+def ready_age_chart(ready: object) -> SafeString:
+    """One scope's READY backlog by age: a bar per age bucket (count on top), oldest first
+    emphasised when anything waits an hour or more."""
+    buckets: list[tuple[str, int]] = list(getattr(ready, "buckets", []))
+    scope = str(getattr(ready, "scope", ""))
+    width, height, base = 220, 84, 66
+    count = max(len(buckets), 1)
+    step = width / count
+    peak = max((n for _, n in buckets), default=0)
+    top = nice_ceiling(peak)
+    shapes: list[SafeString] = []
+    for i, (label, n) in enumerate(buckets):
+        bar_h = (n / top) * (base - 14) if n else 0.0
+        x = i * step + 3
+        shown = count_label(n, 1000)
+        css = "bar old" if i == count - 1 and n else "bar"
+        shapes.append(
+            format_html(
+                '<rect class="{}" x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>'
+                '<text class="axis" x="{}" y="{}" text-anchor="middle">{}</text>'
+                '<text class="axis" x="{}" y="{}" text-anchor="middle">{}</text>',
+                css,
+                _fmt(x),
+                _fmt(base - bar_h),
+                _fmt(step - 6),
+                _fmt(bar_h),
+                f"{scope}: {shown} READY waiting {label}",
+                _fmt(x + (step - 6) / 2),
+                _fmt(base - bar_h - 3),
+                shown,
+                _fmt(x + (step - 6) / 2),
+                str(height - 4),
+                label,
+            )
+        )
+    return format_html(
+        '<svg class="chart-small" viewBox="0 0 {} {}" role="img" aria-label="{}">{}</svg>',
         str(width),
         str(height),
-        title,
-        title,
-        str(peak),
-        rects,
+        f"READY jobs of scope {scope} by how long they have waited",
+        _join(shapes),
     )

@@ -291,3 +291,57 @@ def test_demo_then_sigint_serves_the_console_and_stops_every_child(proc_db):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+# --- the port (issue 12.10) --------------------------------------------------------------------
+
+
+def test_demo_port_from_flag_env_or_default_in_that_order():
+    from console.management.commands.demo import resolve_bind
+
+    none = {"bind": None, "port": None}
+    assert resolve_bind(none, {}) == ("127.0.0.1", 8000)
+    assert resolve_bind(none, {"PORT": "8001"}) == ("127.0.0.1", 8001)
+    assert resolve_bind(none, {"DEMO_PORT": "8002"}) == ("127.0.0.1", 8002)
+    assert resolve_bind({**none, "port": 8003}, {"PORT": "8001"}) == ("127.0.0.1", 8003)
+    assert resolve_bind({"bind": "0.0.0.0:8004", "port": 8003}, {}) == ("0.0.0.0", 8004)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "70000", "-1", "80.5"])
+def test_demo_port_env_that_is_not_a_port_is_refused_by_name(value):
+    from django.core.management.base import CommandError
+
+    from console.management.commands.demo import resolve_bind
+
+    with pytest.raises(CommandError, match="PORT environment variable must be a port number"):
+        resolve_bind({"bind": None, "port": None}, {"PORT": value})
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--web-workers", "0"), ("--trickle", "-1"), ("--sweep-every", "0"), ("--run-lease", "0")],
+)
+def test_demo_flag_out_of_range_is_refused_not_clamped(flag, value):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=flag):
+        call_command("demo", "--port", str(_free_port()), flag, value)
+
+
+@pytest.mark.slow
+def test_demo_on_busy_port_exits_nonzero_with_a_clear_message_before_starting(proc_db):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc_db.extra_env["PORT"] = str(port)
+        result = proc_db.manage("demo", check=False, timeout=60)
+    assert result.returncode != 0
+    assert f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert f"make demo PORT={port + 1}" in result.stderr
+    # Refused before anything started: no banner, no child, no migration output.
+    assert "console:  http://" not in result.stdout
+    assert "== migrate" not in result.stdout

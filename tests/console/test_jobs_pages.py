@@ -4,6 +4,8 @@ queries, lease countdown, attempts, trail and payload redaction."""
 from __future__ import annotations
 
 import datetime as dt
+import re
+from html import unescape
 
 import pytest
 from django.test import Client
@@ -45,15 +47,19 @@ def test_job_list_filters_by_state_type_scope_worker_and_mission(client, viewer)
     assert noop.job_id not in _list(client, mission="m-x")
 
 
-def test_job_list_search_matches_each_identifier_exactly(client, viewer) -> None:
+def test_job_list_search_matches_each_identifier_by_prefix(client, viewer) -> None:
     job = make_job("save", mission_id="m-search")
     other = make_job("save", mission_id="m-other")
     for term in (job.job_id, job.object_id, job.idempotency_key, "m-search"):
         html = _list(client, q=term)
         assert job.job_id in html, term
         assert other.job_id not in html, term
-    # Exact, not substring: a prefix finds nothing (a substring search would scan the table).
-    assert job.job_id not in _list(client, q=job.job_id[:-2])
+        # Issue 12.8: a prefix of any of the four finds the job (an index range).
+        assert job.job_id in _list(client, q=term[:-2]), term
+    # Prefix, not substring: the middle of an id finds nothing (that would scan the table).
+    assert job.job_id not in _list(client, q=job.job_id[3:])
+    # Case matters, as in the ids themselves.
+    assert job.job_id not in _list(client, q=job.job_id.upper())
 
 
 def test_job_list_filters_by_created_range(client, viewer) -> None:
@@ -112,12 +118,18 @@ def test_job_list_pages_without_count_and_bounded_queries(
         make_job("noop")
     with django_assert_max_num_queries(8):
         first = client.get(reverse("console:job_list"))
-    assert "Next →" in first.content.decode()
+    html = first.content.decode()
+    assert "Next →" in html
+    # Keyset paging (issue 12): the next page is the rows after the last one shown, named by a
+    # cursor in the link, never an OFFSET.
+    next_url = re.search(r'rel="next" href="([^"]+)"', html)
+    assert next_url and "after_row=" in next_url.group(1)
     with django_assert_max_num_queries(8):
-        second = client.get(reverse("console:job_list"), {"page": 2})
+        second = client.get(reverse("console:job_list") + unescape(next_url.group(1)))
     html = second.content.decode()
-    assert "rows 51–55" in html
+    assert "5 shown" in html
     assert "Next →" not in html
+    assert "← Previous" in html
 
 
 def test_job_list_never_reads_payloads(client, viewer) -> None:

@@ -8,7 +8,10 @@ reports how every one ended. The process plumbing lives in ``console.demo``.
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+import socket
 import sys
 import time
 import urllib.error
@@ -22,13 +25,53 @@ from console.demo import ChildSpec, Supervisor, Trickle, manage
 from console.management.commands.seed_demo import USERS, demo_password
 
 READY_TIMEOUT = 30.0
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+# The environment variables that pick the port (`make demo PORT=8001` puts PORT there).
+PORT_ENV = ("PORT", "DEMO_PORT")
+
+
+def _port(text: str, source: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise CommandError(f"{source} must be a port number from 1 to 65535, got {text!r}")
+    return int(text)
 
 
 def _split_bind(bind: str) -> tuple[str, int]:
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit():
         raise CommandError(f"--bind must be host:port, got {bind!r}")
-    return host, int(port)
+    return host, _port(port, "the port in --bind")
+
+
+def resolve_bind(options: dict[str, Any], environ: dict[str, str] | None = None) -> tuple[str, int]:
+    """Where the console serves: ``--bind host:port`` wins, then ``--port``, then the PORT (or
+    DEMO_PORT) environment variable, then 127.0.0.1:8000. A bad value is refused by name."""
+    environ = os.environ if environ is None else environ
+    if options.get("bind"):
+        return _split_bind(options["bind"])
+    if options.get("port") is not None:
+        return DEFAULT_HOST, _port(str(options["port"]), "--port")
+    for name in PORT_ENV:
+        value = environ.get(name, "").strip()
+        if value:
+            return DEFAULT_HOST, _port(value, f"the {name} environment variable")
+    return DEFAULT_HOST, DEFAULT_PORT
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse, before anything starts, a port another process already listens on."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CommandError(
+                    f"port {port} on {host} is already in use (another demo or server?). "
+                    f"Stop it, or pick another port: make demo PORT={port + 1} "
+                    f"(or manage.py demo --port {port + 1})"
+                ) from exc
+            raise CommandError(f"cannot serve on {host}:{port}: {exc.strerror}") from exc
 
 
 def wait_until_up(url: str, *, timeout: float, alive: Any) -> bool:
@@ -60,7 +103,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(
-            "--bind", default="127.0.0.1:8000", help="host:port to serve on (127.0.0.1:8000)"
+            "--bind",
+            default=None,
+            help="host:port to serve on (default 127.0.0.1 and the port below)",
+        )
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=None,
+            help="port to serve on at 127.0.0.1; default: the PORT (or DEMO_PORT) environment "
+            "variable, else 8000 (`make demo PORT=8001` sets it). A busy port is refused.",
         )
         parser.add_argument(
             "--lease", type=int, default=15, help="executor lease in seconds (default 15)"
@@ -92,6 +144,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--web-workers", type=int, default=2, help="gunicorn worker processes (2)"
         )
+
+    @staticmethod
+    def check_options(options: dict[str, Any]) -> None:
+        """Every knob is honoured as given or refused: nothing is silently clamped."""
+        if options["lease"] < 2 or options["poll"] <= 0:
+            raise CommandError("--lease must be at least 2 s and --poll positive")
+        if options["web_workers"] < 1:
+            raise CommandError(f"--web-workers must be at least 1, got {options['web_workers']}")
+        if options["trickle"] < 0:
+            raise CommandError(f"--trickle must be 0 (off) or more, got {options['trickle']}")
+        for name in ("sweep_every", "reconcile_every"):
+            if options[name] <= 0:
+                flag = "--" + name.replace("_", "-")
+                raise CommandError(f"{flag} must be positive, got {options[name]}")
+        if options["run_lease"] < 1:
+            raise CommandError(f"--run-lease must be at least 1 s, got {options['run_lease']}")
 
     def children(self, options: dict[str, Any]) -> list[ChildSpec]:
         lease, poll = str(options["lease"]), str(options["poll"])
@@ -157,9 +225,12 @@ class Command(BaseCommand):
         ]
 
     def handle(self, *args: Any, **options: Any) -> None:
-        host, port = _split_bind(options["bind"])
-        if options["lease"] < 2 or options["poll"] <= 0:
-            raise CommandError("--lease must be at least 2 s and --poll positive")
+        host, port = resolve_bind(options)
+        options["bind"] = f"{host}:{port}"
+        self.check_options(options)
+        # Before migrating or starting anything: a busy port is a clear message and exit 1, not
+        # a URL banner followed by "the web process died".
+        check_port_free(host, port)
         self.stdout.write("== migrate")
         call_command("migrate", verbosity=0)
         self.stdout.write("== seed_demo")
