@@ -218,6 +218,12 @@ INBOX_JOB_TYPES: dict = {}
 # The consolidator runs use (dotted path to a class or factory; see runs/consolidators.py).
 RUNS_CONSOLIDATOR = os.environ.get("RUNS_CONSOLIDATOR", "runs.consolidators.VaultDeduplicator")
 
+# --- Tasks: django.tasks through the inbox (README "Background tasks") ---------------------------
+# Each queue is an executor scope: `manage.py run_executor --scope default` runs its tasks.
+TASKS = {"default": {"BACKEND": "inbox.tasks.InboxTaskBackend", "QUEUES": ["default"]}}
+# Largest JSON of a task's arguments, and of its return value (kept in the audit trail), bytes.
+INBOX_TASK_MAX_JSON_BYTES = int(os.environ.get("INBOX_TASK_MAX_JSON_BYTES", str(1024 * 1024)))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -230,5 +236,7 @@ LOGGING = {
     "root": {"handlers": ["stderr"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # Each task's start and finish is in the audit trail; a failure still logs (ERROR).
+        "django.tasks": {"level": "WARNING"},
     },
 }
