@@ -30,7 +30,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
+from django.tasks import (
+    DEFAULT_TASK_BACKEND_ALIAS,
+    Task,
+    TaskContext,
+    TaskResult,
+    TaskResultStatus,
+)
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -161,6 +167,32 @@ class InboxTaskBackend(BaseTaskBackend):
         """Store a TASK job for ``task`` (READY, or deferred to ``task.run_after``); refused with
         ``TaskArgumentsNotJSON`` or ``InvalidTask`` before anything is written."""
         self.validate_task(task)
+        doc = self.document(task, args, kwargs)
+        try:
+            job, _created = transitions.create_job(doc, requested_by=f"tasks:{self.alias}")
+        except JobValidationError as exc:
+            raise InvalidTask(f"task {task.module_path}: {'; '.join(exc.problems)}") from exc
+        result = TaskResult(
+            task=task,
+            id=job.job_id,
+            status=TaskResultStatus.READY,
+            enqueued_at=job.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=doc["args"],
+            kwargs=doc["kwargs"],
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def document(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The job document ``enqueue`` stores for one call (a fresh id each time); a bulk
+        loader may hand many to ``transitions.create_jobs``. ``TaskArgumentsNotJSON`` if the
+        arguments cannot be stored."""
         json_args, json_kwargs = _json_arguments(task, args, kwargs)
         result_id = str(uuid.uuid4())
         doc: dict[str, Any] = {
@@ -181,32 +213,15 @@ class InboxTaskBackend(BaseTaskBackend):
         policy = retry_policy(task)
         if policy is not None and is_idempotent(task):
             doc["retry"] = policy.as_document()
-        try:
-            job, _created = transitions.create_job(doc, requested_by=f"tasks:{self.alias}")
-        except JobValidationError as exc:
-            raise InvalidTask(f"task {task.module_path}: {'; '.join(exc.problems)}") from exc
-        result = TaskResult(
-            task=task,
-            id=job.job_id,
-            status=TaskResultStatus.READY,
-            enqueued_at=job.created_at,
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=json_args,
-            kwargs=json_kwargs,
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
-        task_enqueued.send(type(self), task_result=result)
-        return result
+        return doc
 
     def get_result(self, result_id: str) -> TaskResult:
         """Django's ``TaskResult`` from the job row and its trail; ``TaskResultDoesNotExist``
         for an id that is not a task of this backend."""
         job = Job.objects.filter(job_id=str(result_id), job_type__in=TASK_TYPES).first()
-        if job is None or (job.payload or {}).get("backend") != self.alias:
+        # A producer's TASK document (the enqueue command) names no backend: the default's.
+        alias = (job.payload or {}).get("backend", DEFAULT_TASK_BACKEND_ALIAS) if job else None
+        if job is None or alias != self.alias:
             raise TaskResultDoesNotExist(result_id)
         trail = list(
             AuditEvent.objects.filter(
@@ -257,8 +272,8 @@ class InboxTaskBackend(BaseTaskBackend):
                 "or digit.",
                 id="inbox.E021",
             )
-            for queue in sorted(self.queues)
-            if not QUEUE_NAME_RE.match(str(queue))
+            for queue in sorted(map(str, self.queues))
+            if not QUEUE_NAME_RE.match(queue)
         ]
 
 

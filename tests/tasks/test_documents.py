@@ -77,3 +77,12 @@ def test_task_path_that_is_no_task_never_runs_and_fails_definitely(path, job_typ
     stored = Job.objects.get(job_id=job.job_id)
     # Nothing ran, so even a non-idempotent task fails definitely (no reconciliation needed).
     assert (stored.state, stored.result_code) == (S.FAILED, "TASK_NOT_FOUND")
+
+
+@pytest.mark.django_db
+def test_producer_task_document_result_readable_through_the_default_backend():
+    from django.tasks import TaskResultStatus, default_task_backend
+
+    job, _created = transitions.create_job(task_doc(), requested_by=PRODUCER)
+    result = default_task_backend.get_result(job.job_id)
+    assert (result.status, result.args) == (TaskResultStatus.READY, [1, 2])
