@@ -50,6 +50,15 @@ def test_job_page_of_a_task_without_deferral_shows_no_next_attempt(client, opera
     assert "tests.tasks.sample.add" in body
 
 
+def test_job_page_hides_task_arguments_without_the_payload_permission(client):
+    login(client, "v", "viewer")
+    result = sample.echo.enqueue("secret@example.test", card="4111")
+    body = client.get(f"/jobs/{result.id}/").content.decode()
+    assert "secret@example.test" not in body
+    assert "4111" not in body
+    assert "redacted" in body
+
+
 def test_reconcile_page_shows_task_case_without_probe_with_decision_buttons(client, operator):
     job = unknown_task()
     body = client.get("/reconcile/").content.decode()
