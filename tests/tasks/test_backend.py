@@ -108,6 +108,17 @@ def test_enqueue_unknown_queue_refused_and_nothing_written():
 
 
 @pytest.mark.django_db
+def test_enqueue_queue_that_cannot_be_a_scope_refused_and_nothing_written(settings):
+    settings.TASKS = {
+        "default": {"BACKEND": "inbox.tasks.InboxTaskBackend", "QUEUES": ["default", "bad q!"]}
+    }
+    with pytest.raises(InvalidTask, match="'bad q!' is not a valid scope name"):
+        sample.add.using(queue_name="bad q!").enqueue(1, 2)
+    assert not Job.objects.exists()
+    assert not AuditEvent.objects.exists()
+
+
+@pytest.mark.django_db
 def test_enqueue_tuple_argument_stored_as_list_like_django():
     result = sample.echo.enqueue((1, 2), key=("a",))
     assert result.args == [[1, 2]]
