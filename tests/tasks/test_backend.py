@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
 
 import pytest
 from django.db import transaction
@@ -187,7 +188,11 @@ def test_sync_task_enqueue_run_result_successful_with_return_value():
 @pytest.mark.django_db(transaction=True)
 def test_async_task_runs_and_returns():
     result = sample.async_add.enqueue(4, 5)
-    _drain()
+    # Off the main thread, as in a worker process: Playwright's browser tests leave an event
+    # loop running in this one, and async_to_sync refuses to run beside it.
+    worker = threading.Thread(target=_drain)
+    worker.start()
+    worker.join(timeout=120)
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 9)
 
