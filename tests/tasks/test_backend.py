@@ -12,7 +12,7 @@ import math
 import threading
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
@@ -31,6 +31,13 @@ S = JobState
 
 def _drain(scope: str = "default") -> None:
     Executor(scope=scope, exit_when_idle=True, poll_seconds=0.05, out=lambda _line: None).run()
+
+
+def _drain_and_close() -> None:
+    try:
+        _drain()
+    finally:
+        connection.close()  # this thread's own connection
 
 
 def _events(job_id: str) -> list[str]:
@@ -190,7 +197,7 @@ def test_async_task_runs_and_returns():
     result = sample.async_add.enqueue(4, 5)
     # Off the main thread, as in a worker process: Playwright's browser tests leave an event
     # loop running in this one, and async_to_sync refuses to run beside it.
-    worker = threading.Thread(target=_drain)
+    worker = threading.Thread(target=_drain_and_close)
     worker.start()
     worker.join(timeout=120)
     result.refresh()
