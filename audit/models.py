@@ -38,6 +38,9 @@ class EventType(models.TextChoices):
     LEASE_EXPIRED = "LEASE_EXPIRED"
     # An operator sent a FAILED job back to READY.
     RETRIED = "RETRIED"
+    # A failed attempt of an idempotent job with retries left: EXECUTING → READY, not claimed
+    # before its ``run_after`` (detail: attempt, delay, run_after, error).
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
     RECONCILED = "RECONCILED"
     # A diagnosis stored as result_code without a state change.
     DIAGNOSED = "DIAGNOSED"

@@ -11,6 +11,10 @@ process. Subcommands:
 - ``span``: read back a round from the database: first claim, last completion, audit events.
 - ``work``: the fallback drain loop (claim_next_jobs → begin_job → complete_job in one process),
   used only when ``manage.py run_executor`` is not available; results say so.
+- ``tasks-enqueue``, ``tasks-load``, ``tasks-span``: the same for N no-op tasks through
+  ``django.tasks`` (``bench.ourtasks.noop.enqueue()`` on ``InboxTaskBackend``, queue
+  ``default``); the load hands the backend's own documents to ``create_jobs`` (setup), the span
+  reads the TASK jobs claimed since a given time.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 import django  # noqa: E402
 
 django.setup()
+
+import datetime as dt  # noqa: E402
 
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import Count, Max, Min  # noqa: E402
@@ -133,6 +139,52 @@ def span(mission: str) -> dict[str, Any]:
     }
 
 
+def tasks_enqueue(n: int, mode: str) -> dict[str, Any]:
+    """N no-op tasks through Django's task API, one commit each or one transaction for all."""
+    from bench.ourtasks import noop
+
+    start = time.perf_counter()
+    if mode == "one-tx":
+        with transaction.atomic():
+            for _ in range(n):
+                noop.enqueue()
+    else:
+        for _ in range(n):
+            noop.enqueue()
+    seconds = time.perf_counter() - start
+    return {"jobs": n, "seconds": seconds, "per_s": n / seconds}
+
+
+def tasks_load(n: int, batch: int = 2000) -> dict[str, Any]:
+    """N READY no-op task jobs: the backend's own documents through ``create_jobs`` (setup)."""
+    from bench.ourtasks import noop
+    from inbox.transitions import create_jobs
+
+    backend = noop.get_backend()
+    start = time.perf_counter()
+    for offset in range(0, n, batch):
+        docs = [backend.document(noop, (), {}) for _ in range(min(batch, n - offset))]
+        assert create_jobs(docs, requested_by="bench").ok
+    return {"jobs": n, "seconds": time.perf_counter() - start}
+
+
+def tasks_span(since: str) -> dict[str, Any]:
+    """A tasks round read back: TASK jobs claimed since ``since`` (first claim → last finish)."""
+    jobs = Job.objects.filter(job_type="TASK", claimed_at__gte=dt.datetime.fromisoformat(since))
+    agg = jobs.filter(state=JobState.SUCCEEDED).aggregate(
+        n=Count("job_id"), first=Min("claimed_at"), last=Max("updated_at")
+    )
+    by_type = dict(
+        AuditEvent.objects.filter(job_id__in=jobs.values("job_id"))
+        .values_list("event_type")
+        .annotate(c=Count("event_id"))
+        .values_list("event_type", "c")
+    )
+    seconds = (agg["last"] - agg["first"]).total_seconds() if agg["n"] else float("nan")
+    ready = Job.objects.filter(job_type="TASK", state=JobState.READY).count()
+    return {"succeeded": agg["n"], "span_s": seconds, "events": by_type, "ready_left": ready}
+
+
 def work(scope: str, batch: int, lease: int) -> dict[str, Any]:
     """Fallback drain loop through the public transitions (no executor command)."""
     from inbox.transitions import begin_job, claim_next_jobs, complete_job
@@ -166,6 +218,13 @@ def main() -> None:
     p.add_argument("--scope", default="noop")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--lease", type=int, default=60)
+    p = sub.add_parser("tasks-enqueue", help="N no-op tasks through Task.enqueue() (measured)")
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--mode", choices=["per-commit", "one-tx"], default="per-commit")
+    p = sub.add_parser("tasks-load", help="N READY no-op task jobs (setup)")
+    p.add_argument("--n", type=int, required=True)
+    p = sub.add_parser("tasks-span", help="read a tasks round back from the database")
+    p.add_argument("--since", required=True)
     p = sub.add_parser("vendor", help="print the database vendor")
     args = parser.parse_args()
     if args.cmd == "enqueue":
@@ -176,6 +235,12 @@ def main() -> None:
         out = span(args.mission)
     elif args.cmd == "work":
         out = work(args.scope, args.batch, args.lease)
+    elif args.cmd == "tasks-enqueue":
+        out = tasks_enqueue(args.n, args.mode)
+    elif args.cmd == "tasks-load":
+        out = tasks_load(args.n)
+    elif args.cmd == "tasks-span":
+        out = tasks_span(args.since)
     else:
         out = {"vendor": connection.vendor}
     print(json.dumps(out, default=str))

@@ -1,12 +1,16 @@
 """Executor throughput, side by side with django-tasks-db and the pgbench lifecycle ceiling.
 
 For each database (PostgreSQL, SQLite) and each repeat, for K in --workers:
-  ours      N NOOP jobs → K ``manage.py run_executor --scope noop --exit-when-idle`` processes
-  peer      N no-op tasks → K django-tasks-db ``db_worker --batch`` processes (own venv)
-  ceiling   N READY rows → pgbench with K clients running bench/pgbench_lifecycle.sql (PG only)
-The rounds alternate (ours, peer, ceiling) so all three see the same machine noise. Jobs for the
-first two K of each repeat come from the measured enqueue (one commit per job, then one
-transaction for all); the rest are bulk-loaded (setup). Drain rate = N / span, the span being
+  ours        N NOOP jobs → K ``manage.py run_executor --scope noop --exit-when-idle`` processes
+  ours-tasks  N no-op tasks through ``django.tasks`` (``noop.enqueue()`` on InboxTaskBackend)
+              → K ``run_executor --scope default --exit-when-idle`` processes
+  peer        N no-op tasks (``noop.enqueue()`` on django-tasks-db) → K ``db_worker --batch``
+              processes (own venv)
+  ceiling     N READY rows → pgbench with K clients running bench/pgbench_lifecycle.sql (PG only)
+The rounds alternate (ours, ours-tasks, peer, ceiling) so all see the same machine noise.
+ours-tasks and peer go through the same API on both sides: the exact task-backend comparison.
+Jobs for the first two K of each repeat come from the measured enqueue (one commit per job, then
+one transaction for all); the rest are bulk-loaded (setup). Drain rate = N / span, the span being
 first claim → last completion read from the database; wall time (process start → last exit) is
 reported too. Medians over the repeats; ratios compare medians of the same session.
 
@@ -45,7 +49,7 @@ STARTUP_CPU: dict[tuple[str, str], float] = {}
 
 @dataclass
 class Round:
-    system: str  # ours | django-tasks-db | pgbench
+    system: str  # ours | ours-tasks | django-tasks-db | pgbench
     backend: str  # pg | sqlite
     workers: int
     repeat: int
@@ -167,19 +171,28 @@ def _spawn_and_wait(
     return wall, note, _children_cpu() - cpu_before
 
 
-def drain_ours(url: str, r: Round, mission: str, executor_args: list[str], direct: bool) -> None:
+def drain_ours(
+    url: str, r: Round, mission: str, executor_args: list[str], direct: bool, tasks: bool = False
+) -> None:
+    """K executors drain the round; ``tasks``: the TASK jobs of queue ``default`` (``mission``
+    is then ignored: tasks are read back by claim time)."""
+    scope = "default" if tasks else "noop"
     if direct:
-        cmd = [bl.PY, str(bl.BENCH / "ourside.py"), "work", "--scope", "noop"]
+        cmd = [bl.PY, str(bl.BENCH / "ourside.py"), "work", "--scope", scope]
         cmd += executor_args
     else:
-        cmd = [bl.PY, bl.MANAGE, "run_executor", "--scope", "noop", "--exit-when-idle"]
+        cmd = [bl.PY, bl.MANAGE, "run_executor", "--scope", scope, "--exit-when-idle"]
         cmd += executor_args
-    tag = f"ours-{r.backend}-k{r.workers}-r{r.repeat}"
+    since = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 1))
+    tag = f"{r.system}-{r.backend}-k{r.workers}-r{r.repeat}"
     r.wall_s, r.note, cpu = _spawn_and_wait(
         [cmd] * r.workers, env=bl.django_env(url), cwd=bl.ROOT, tag=tag, timeout=timeout(r)
     )
-    r.cpu_s = cpu - r.workers * STARTUP_CPU.get(("ours", r.backend), 0.0)
-    s = ours_json(url, "span", "--mission", mission)
+    r.cpu_s = cpu - r.workers * STARTUP_CPU.get((r.system, r.backend), 0.0)
+    if tasks:
+        s = ours_json(url, "tasks-span", "--since", since)
+    else:
+        s = ours_json(url, "span", "--mission", mission)
     r.done, r.span_s, r.events = s["succeeded"], s["span_s"], s["events"]
     if r.done != r.jobs:
         r.note = (r.note + "; " if r.note else "") + f"only {r.done}/{r.jobs} succeeded"
@@ -259,7 +272,7 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
             "bench/ourside.py `work` (claim_next_jobs → begin_job → complete_job in K processes)"
         )
     executor_args = args.executor_args.split()
-    systems = ["ours"]
+    systems = ["ours"] if args.no_tasks else ["ours", "ours-tasks"]
     if not args.no_peer:
         ensure_peer_venv()
         notes["django-tasks-db"] = peer_version()
@@ -271,7 +284,7 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
     for backend in backends:
         urls: dict[str, str] = {}
         for system in systems:
-            name = f"tp_{'ours' if system == 'ours' else 'peer'}"
+            name = f"tp_{_db_of(system)}"
             if backend == "pg":
                 bl.recreate_pg_db(bl.db_name(name))
                 urls[system] = bl.pg_url(bl.db_name(name))
@@ -279,7 +292,7 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
                 path = bl.VAR / f"{bl.DB_PREFIX}_{name}.sqlite3"
                 bl.fresh_sqlite(path)
                 urls[system] = bl.sqlite_url(path)
-            if system == "ours":
+            if system != "django-tasks-db":
                 bl.migrate(urls[system])
             else:
                 bl.run(
@@ -289,10 +302,11 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
                 )
         for system in systems:
             probe = Round(system, backend, 1, 0, 0)
-            if system == "ours":
-                drain_ours(urls[system], probe, "startup-probe", executor_args, direct)
-            else:
+            if system == "django-tasks-db":
                 drain_peer(urls[system], probe)
+            else:
+                tasks = system == "ours-tasks"
+                drain_ours(urls[system], probe, "startup-probe", executor_args, direct, tasks)
             STARTUP_CPU[(system, backend)] = probe.cpu_s
         ceiling = backend == "pg" and not args.no_pgbench
         if ceiling:
@@ -324,6 +338,16 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
                         counting_commits(
                             url, r, partial(drain_ours, url, r, mission, executor_args, direct)
                         )
+                    elif system == "ours-tasks":
+                        if mode:
+                            e = ours_json(
+                                url, "tasks-enqueue", "--n", str(args.jobs), "--mode", mode
+                            )
+                            enqueues.append(Enqueue(system, backend, mode, e["per_s"]))
+                        else:
+                            ours_json(url, "tasks-load", "--n", str(args.jobs))
+                        drain = partial(drain_ours, url, r, mission, executor_args, direct, True)
+                        counting_commits(url, r, drain)
                     else:
                         if mode:
                             e = peer_json(url, "enqueue", "--n", str(args.jobs), "--mode", mode)
@@ -348,10 +372,15 @@ def run(args: argparse.Namespace) -> tuple[list[Round], list[Enqueue], dict[str,
                 )
         if not args.keep_dbs and backend == "pg":
             for system in systems:
-                bl.drop_pg_db(bl.db_name(f"tp_{'ours' if system == 'ours' else 'peer'}"))
+                bl.drop_pg_db(bl.db_name(f"tp_{_db_of(system)}"))
             if ceiling:
                 bl.drop_pg_db(pgdb)
     return rounds, enqueues, notes
+
+
+def _db_of(system: str) -> str:
+    """Each system drains its own database (ours-tasks too: no NOOP rows beside its tasks)."""
+    return {"ours": "ours", "ours-tasks": "ourtasks"}.get(system, "peer")
 
 
 def show(r: Round) -> None:
@@ -554,6 +583,7 @@ def report(
     for backend in backends:
         for k in args.workers:
             ours = med_span.get((backend, "ours", k), float("nan"))
+            tasks = med_span.get((backend, "ours-tasks", k), float("nan"))
             peer = med_span.get((backend, "django-tasks-db", k), float("nan"))
             ceil = med_span.get((backend, "pgbench", k), float("nan"))
             rows.append(
@@ -561,17 +591,34 @@ def report(
                     backend,
                     k,
                     round(ours),
+                    round(tasks) if tasks == tasks else "n/a",
                     round(peer) if peer == peer else "n/a",
                     f"{bl.ratio(ours, peer):.2f}×",
+                    f"{bl.ratio(tasks, peer):.2f}×",
                     round(ceil) if ceil == ceil else "n/a",
                     f"{bl.ratio(ours, ceil) * 100:.0f} %" if ceil == ceil else "n/a",
                 )
             )
     out.append(
         bl.table(
-            ["db", "K", "ours", "django-tasks-db", "ours/peer", "pgbench ceiling", "ours/ceiling"],
+            [
+                "db",
+                "K",
+                "ours",
+                "ours-tasks",
+                "django-tasks-db",
+                "ours/peer",
+                "ours-tasks/peer",
+                "pgbench ceiling",
+                "ours/ceiling",
+            ],
             rows,
         )
+    )
+    out.append("")
+    out.append(
+        "ours-tasks/peer is the exact task-backend comparison: `noop.enqueue()` through "
+        "`django.tasks` on both sides, the same no-op task, the same database settings."
     )
     out.append("")
     out.append(
@@ -628,6 +675,9 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--no-peer", action="store_true", help="skip django-tasks-db")
     parser.add_argument("--no-pgbench", action="store_true", help="skip the pgbench ceiling")
+    parser.add_argument(
+        "--no-tasks", action="store_true", help="skip the tasks round (ours through django.tasks)"
+    )
     parser.add_argument(
         "--profile",
         action="store_true",

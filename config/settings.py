@@ -261,6 +261,12 @@ RUNS_CONSOLIDATOR = os.environ.get("RUNS_CONSOLIDATOR", "runs.consolidators.Vaul
 # An effectively active run without progress for longer than this is flagged stuck (DESIGN §3).
 RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300"))
 
+# --- Tasks: django.tasks through the inbox (README "Background tasks") ---------------------------
+# Each queue is an executor scope: `manage.py run_executor --scope default` runs its tasks.
+TASKS = {"default": {"BACKEND": "inbox.tasks.InboxTaskBackend", "QUEUES": ["default"]}}
+# Largest JSON of a task's arguments, and of its return value (kept in the audit trail), bytes.
+INBOX_TASK_MAX_JSON_BYTES = int(os.environ.get("INBOX_TASK_MAX_JSON_BYTES", str(1024 * 1024)))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -273,6 +279,8 @@ LOGGING = {
     "root": {"handlers": ["stderr"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # Each task's start and finish is in the audit trail; a failure still logs (ERROR).
+        "django.tasks": {"level": "WARNING"},
     },
 }
 

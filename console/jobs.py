@@ -56,8 +56,9 @@ PER_PAGE = 50
 BULK_LIMIT_MAX = 500
 # Events drawn in red on the trail: refusals and rejected writes.
 REFUSAL_EVENTS = {"REJECTED", "STALE_WRITE_REJECTED", "FINGERPRINT_DRIFT", "FAILED"}
-# Payload keys hidden from users without inbox.view_payload (the object's content).
-REDACTED_KEYS = ("content",)
+# Payload keys hidden from users without inbox.view_payload: a SAVE's content, a task's
+# arguments (either may hold personal data).
+REDACTED_KEYS = ("content", "args", "kwargs")
 FILTER_FIELDS = tuple(JobFilter.base_filters)
 # Always visible; the rest sit under "More filters" (opened when one of them is set).
 MAIN_FILTERS = ("q", "state", "job_type")

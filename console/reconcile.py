@@ -57,9 +57,16 @@ class UnknownCase:
         return self.job.state == JobState.OUTCOME_UNKNOWN
 
     @property
+    def probed(self) -> bool:
+        """False for a type no vault probe can decide (a non-idempotent task): a person does."""
+        return svc.is_probed(self.job)
+
+    @property
     def diagnosis(self) -> str:
         """What the evidence says, in the operator's words (DESIGN §1.7)."""
         ev = self.evidence
+        if not self.probed:
+            return "no vault probe: its effect lies outside the vault; an operator decides"
         if ev is None:
             return "no evidence: the probe failed"
         if not ev.present:
@@ -72,6 +79,8 @@ class UnknownCase:
     def verdict(self) -> str:
         if not self.is_open:
             return "decided"
+        if not self.probed:
+            return "operator"
         ev = self.evidence
         if ev is None:
             return "unknown"
@@ -229,6 +238,27 @@ def reconcile_not_applied(request: HttpRequest, job_id: str, *, act: ActionConte
         done="Not applied: the job is RECONCILED (NOT_APPLIED)"
         + ("; a fresh DELETE was requested and awaits approval." if fresh else "."),
     )
+    return _case_response(request, job_id, act)
+
+
+# An operator's decision on a case no probe can decide: the POSTed outcome → applied?
+UNPROBED_OUTCOMES = {"applied": True, "not_applied": False}
+
+
+@action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
+def reconcile_decide(request: HttpRequest, job_id: str, *, act: ActionContext):
+    """A person decides a case no vault probe can (a non-idempotent task): it ran, or not."""
+    outcome = request.POST.get("outcome", "")
+    if outcome not in UNPROBED_OUTCOMES:
+        act.refuse("Choose whether the task ran (applied) or did not (not applied).", status=400)
+    else:
+        applied = UNPROBED_OUTCOMES[outcome]
+        act.perform(
+            lambda: svc.decide_unprobed(
+                job_id, actor=act.actor, reason=act.reason, applied=applied
+            ),
+            done=f"Decided: the job is RECONCILED ({svc.APPLIED if applied else svc.NOT_APPLIED}).",
+        )
     return _case_response(request, job_id, act)
 
 

@@ -63,6 +63,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path(
         "reconcile/<path:job_id>/annotate", reconcile.reconcile_annotate, name="reconcile_annotate"
     ),
+    path("reconcile/<path:job_id>/decide", reconcile.reconcile_decide, name="reconcile_decide"),
     # Approvals.
     path("approvals/", approvals.approvals, name="approvals"),
     path(

@@ -45,7 +45,7 @@ from inbox.approvals import check_approval
 from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError, InboxError, JobValidationError
 from inbox.handlers import DefiniteFailure, HandlerResult
-from inbox.jobtypes import JobType, registry, scopes, validate_job_document
+from inbox.jobtypes import JobType, registry, retry_delay, scopes, validate_job_document
 from inbox.loop import DB_ERRORS, WorkerLoop
 from inbox.models import Job, JobState, WorkerStatus
 from inbox.transitions import Held, Moved, Outcome
@@ -63,6 +63,8 @@ class ExecutorStats:
     unknown: int = 0
     rejected: int = 0
     lost: int = 0
+    # Failed attempts sent back to the queue by their retry policy (not outcomes yet).
+    retried: int = 0
     released: int = 0
     db_errors: int = 0
     sweeps: int = 0
@@ -70,16 +72,17 @@ class ExecutorStats:
 
     @property
     def processed(self) -> int:
-        return self.succeeded + self.failed + self.unknown + self.rejected + self.lost
+        return self.succeeded + self.not_ok
 
     @property
     def not_ok(self) -> int:
-        return self.failed + self.unknown + self.rejected + self.lost
+        return self.failed + self.unknown + self.rejected + self.lost + self.retried
 
     def line(self) -> str:
+        retried = f", {self.retried} retried later" if self.retried else ""
         return (
             f"{self.processed} jobs ({self.succeeded} succeeded, {self.failed} failed, "
-            f"{self.unknown} unknown, {self.rejected} rejected, {self.lost} lost)"
+            f"{self.unknown} unknown, {self.rejected} rejected, {self.lost} lost{retried})"
         )
 
 
@@ -611,7 +614,18 @@ class Executor(WorkerLoop):
         to, code, detail, error = self._run_handler(job, job_type)
         elapsed_ms = round((time.monotonic() - started) * 1000, 1)
         executed = {"handler": job_type.handler_path, "duration_ms": elapsed_ms, **detail}
-        return Outcome(job=job, to=to, result_code=code, error=error, executed_detail=executed)
+        # A failure with a retry left (idempotent types only) goes back to the queue, deferred.
+        retry_in = retry_delay(job, job_type) if to == JobState.FAILED else None
+        if retry_in is not None:
+            to = JobState.READY
+        return Outcome(
+            job=job,
+            to=to,
+            result_code=code,
+            error=error,
+            executed_detail=executed,
+            retry_in=retry_in,
+        )
 
     def _run_handler(self, job: Job, job_type: JobType) -> tuple[str, str, dict[str, Any], str]:
         """(outcome state, result code, detail, error) — never raises."""
@@ -622,10 +636,12 @@ class Executor(WorkerLoop):
         except Exception as exc:
             log.exception("job %s: handler %s raised", job.job_id, job_type.handler_path)
             error = f"{type(exc).__name__}: {exc}"
+            # What the handler knew about its error (a task's exception class and traceback).
+            detail = dict(getattr(exc, "detail", None) or {})
             if job_type.idempotent:
                 # Safe to run again: a definite FAILED an operator may retry.
-                return JobState.FAILED, "HANDLER_ERROR", {}, error
-            return JobState.OUTCOME_UNKNOWN, "HANDLER_ERROR", {}, error
+                return JobState.FAILED, "HANDLER_ERROR", detail, error
+            return JobState.OUTCOME_UNKNOWN, "HANDLER_ERROR", detail, error
         if not isinstance(result, HandlerResult):
             result = HandlerResult()
         return JobState.SUCCEEDED, result.result_code, dict(result.detail), ""
@@ -682,6 +698,8 @@ class Executor(WorkerLoop):
                 self.stats.succeeded += 1
             elif outcome.to == JobState.FAILED:
                 self.stats.failed += 1
+            elif outcome.to == JobState.READY:
+                self.stats.retried += 1
             else:
                 self.stats.unknown += 1
 

@@ -62,3 +62,10 @@ def delete_object(job) -> HandlerResult:
     except vault.VaultError as exc:
         raise DefiniteFailure(exc.result_code, str(exc), exc.detail) from exc
     return HandlerResult(outcome.result_code, outcome.as_detail())
+
+
+def run_task(job) -> HandlerResult:
+    """Run the ``django.tasks`` function a TASK job names (``inbox.tasks.execute``)."""
+    from inbox.tasks import execute  # the backend module sits above the handlers
+
+    return execute(job)

@@ -1,7 +1,9 @@
 """The job-type registry and the job-document schema (DESIGN §1.2, §1.8).
 
-Built-in types are SAVE_OBJECT, DELETE_OBJECT and NOOP. More can be added from settings
-(``INBOX_JOB_TYPES``) without touching this module::
+Built-in types are SAVE_OBJECT, DELETE_OBJECT, NOOP and the two task types (``TASK`` and
+``TASK_NON_IDEMPOTENT``: a ``django.tasks`` function enqueued through
+``inbox.tasks.InboxTaskBackend``; the job's scope is the task's queue). More can be added from
+settings (``INBOX_JOB_TYPES``) without touching this module::
 
     INBOX_JOB_TYPES = {
         "TOUCH_OBJECT": {
@@ -15,9 +17,12 @@ Built-in types are SAVE_OBJECT, DELETE_OBJECT and NOOP. More can be added from s
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import math
 import posixpath
+import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +39,13 @@ MAX_VAULT_PATH = 1024
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 # Field type names used by schemas (settings use the names, not Python types).
-_TYPES: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "bool": (bool,)}
+_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+}
 
 # Every document carries these; their values are checked by ``_check_common``.
 COMMON_FIELDS: dict[str, str] = {
@@ -46,6 +57,9 @@ COMMON_FIELDS: dict[str, str] = {
     "vault_path": "str",
     "idempotency_key": "str",
 }
+# Any document may carry these. ``run_after`` (ISO 8601 with a zone): not claimed before it
+# (a producer's scheduled job); it is not sealed into the fingerprint.
+COMMON_OPTIONAL: dict[str, str] = {"run_after": "str"}
 
 # Fields sealed into the fingerprint (DESIGN §1.5). The first five are columns.
 IMMUTABLE_COLUMNS = ("job_type", "object_id", "vault_path", "mission_id", "approval_id")
@@ -69,13 +83,28 @@ class JobType:
     needs_approval: bool = False
     max_attempts: int | None = None
     extra_checks: tuple[Callable[[dict[str, Any]], list[str]], ...] = ()
+    # The job's scope is this document field instead of ``scope`` (a task: its queue name).
+    scope_field: str | None = None
+    # False: the type touches no vault object and its documents carry no ``vault_path``.
+    uses_vault: bool = True
 
     @property
     def handler(self) -> Callable[..., Any]:
         return import_string(self.handler_path)
 
     def allowed_fields(self) -> set[str]:
-        return set(COMMON_FIELDS) | set(self.required) | set(self.optional)
+        return set(COMMON_FIELDS) | set(COMMON_OPTIONAL) | set(self.required) | set(self.optional)
+
+    def scope_for(self, doc: Mapping[str, Any]) -> str:
+        """The scope a validated document of this type is claimed from."""
+        return str(doc[self.scope_field]) if self.scope_field else self.scope
+
+    def max_attempts_for(self, doc: Mapping[str, Any]) -> int:
+        """Attempts before a lapsed lease fails the job: the type's or the setting's, raised to
+        cover every retry a retry policy declares."""
+        base = self.max_attempts or settings.INBOX_MAX_ATTEMPTS
+        policy = RetryPolicy.of(doc) if self.idempotent else None
+        return max(base, policy.retries + 1) if policy else base
 
 
 def sha256_hex(text: str) -> str:
@@ -109,6 +138,189 @@ def _check_hashes(doc: dict[str, Any]) -> list[str]:
     return problems
 
 
+# --- tasks (django.tasks through inbox.tasks.InboxTaskBackend) --------------------------------
+
+TASK = "TASK"
+TASK_NON_IDEMPOTENT = "TASK_NON_IDEMPOTENT"
+TASK_TYPES = frozenset({TASK, TASK_NON_IDEMPOTENT})
+# A queue name is an executor scope: a column of 32 characters and a command-line argument.
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+TASK_PATH_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+_TASK_FIELDS = {"task_path": "str", "args": "list", "kwargs": "dict", "queue_name": "str"}
+_INBOX_BACKEND = "inbox.tasks.InboxTaskBackend"
+
+
+@cache
+def _is_inbox_backend(path: str) -> bool:
+    if path == _INBOX_BACKEND:
+        return True
+    try:
+        backend = import_string(path)
+        ours = import_string(_INBOX_BACKEND)
+    except ImportError:
+        return False  # Django's own task checks report a backend that does not import
+    return isinstance(backend, type) and issubclass(backend, ours)
+
+
+def task_queues() -> frozenset[str]:
+    """The queues of every ``InboxTaskBackend`` in ``settings.TASKS``: each is an executor
+    scope. Read each time (tests override ``TASKS``); a dict walk, no I/O."""
+    queues: set[str] = set()
+    for spec in getattr(settings, "TASKS", {}).values():
+        if _is_inbox_backend(str(spec.get("BACKEND", ""))):
+            queues.update(spec.get("QUEUES", ["default"]))
+    return frozenset(queues)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of a failed idempotent job: exponential backoff with jitter, capped.
+
+    Attempt ``n`` (1 for the first) that fails is retried when ``n <= retries``, after a delay
+    drawn from ``[ceiling × (1 − jitter), ceiling]`` with ``ceiling = min(cap, backoff × 2^(n−1))``:
+    the ceilings double and stop at the cap; the jitter spreads a burst of failures apart.
+    """
+
+    retries: int
+    backoff: float = 1.0
+    cap: float = 300.0
+    jitter: float = 0.5
+
+    KEYS = ("retries", "backoff", "cap", "jitter")
+
+    def __post_init__(self) -> None:
+        problems = self.problems(asdict_of(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @staticmethod
+    def problems(data: Mapping[str, Any]) -> list[str]:
+        """What is wrong with a policy as a document carries it (``retry``)."""
+        out = [f"retry.{k}: unknown field" for k in sorted(set(data) - set(RetryPolicy.KEYS))]
+        retries = data.get("retries")
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 1 <= retries <= 100:
+            out.append("retry.retries: must be a whole number from 1 to 100")
+        numbers = {}
+        for key, low, high in (("backoff", 0.001, 86400.0), ("cap", 0.001, 7 * 86400.0)):
+            value = data.get(key, 1.0 if key == "backoff" else 300.0)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                out.append(f"retry.{key}: must be a number of seconds")
+            elif not (math.isfinite(value) and low <= value <= high):
+                out.append(f"retry.{key}: must be between {low} and {high:.0f} seconds")
+            else:
+                numbers[key] = value
+        if len(numbers) == 2 and numbers["cap"] < numbers["backoff"]:
+            out.append("retry.cap: must not be shorter than retry.backoff")
+        jitter = data.get("jitter", 0.5)
+        number = isinstance(jitter, int | float) and not isinstance(jitter, bool)
+        if not (number and 0 <= jitter <= 1):
+            out.append("retry.jitter: must be a number from 0 to 1")
+        return out
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any]) -> RetryPolicy | None:
+        """The policy a (validated) document or payload declares, or None."""
+        data = doc.get("retry")
+        if not data:
+            return None
+        return cls(**{k: data[k] for k in cls.KEYS if k in data})
+
+    def as_document(self) -> dict[str, Any]:
+        return asdict_of(self)
+
+    def ceiling(self, attempt: int) -> float:
+        """The longest delay after failed attempt ``attempt`` (1-based): doubling, capped."""
+        exponent = min(max(attempt, 1) - 1, 64)  # 2^64 × any backoff is past every cap
+        return min(self.cap, self.backoff * 2.0**exponent)
+
+    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
+        """The delay after failed attempt ``attempt``, jittered below its ceiling."""
+        return self.ceiling(attempt) * (1.0 - self.jitter * rand())
+
+
+def asdict_of(policy: RetryPolicy) -> dict[str, Any]:
+    return {k: getattr(policy, k) for k in RetryPolicy.KEYS}
+
+
+def retry_delay(job: Any, job_type: JobType) -> float | None:
+    """Seconds until the next attempt of ``job``, whose attempt just failed; None when it must
+    not be retried: a non-idempotent type (never retried blindly), no retry policy, or no
+    retry left (its ``attempt_count`` is the attempt that failed)."""
+    if not job_type.idempotent:
+        return None
+    policy = RetryPolicy.of(job.payload or {})
+    if policy is None:
+        return None
+    if job.attempt_count > policy.retries or job.attempt_count >= job.max_attempts:
+        return None
+    return policy.delay(job.attempt_count)
+
+
+def json_problems(name: str, value: Any, depth: int = 0) -> list[str]:
+    """Why ``value`` would not survive a JSON round trip into both databases unchanged, or []:
+    only str/int/float/bool/None, lists and objects with text keys; no NaN or infinity
+    (PostgreSQL's jsonb refuses them), no NUL or lone surrogate in text."""
+    if depth > 64:
+        return [f"{name}: nested more than 64 levels deep"]
+    if value is None or isinstance(value, bool | int):
+        return []
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [f"{name}: {value} is not a JSON number"]
+    if isinstance(value, str):
+        return _text_problems(name, value)
+    if isinstance(value, list):
+        out: list[str] = []
+        for i, item in enumerate(value):
+            out += json_problems(f"{name}[{i}]", item, depth + 1)
+            if len(out) >= 10:
+                break
+        return out
+    if isinstance(value, dict):
+        out = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                out.append(f"{name}: key {key!r} is a {type(key).__name__}; JSON keys are text")
+                continue
+            out += _text_problems(f"{name} key {key!r}", key)
+            out += json_problems(f"{name}[{key!r}]", item, depth + 1)
+            if len(out) >= 10:
+                break
+        return out
+    return [
+        f"{name}: a {type(value).__name__} is not JSON (use str, int, float, bool, None, "
+        "list or dict)"
+    ]
+
+
+def _check_task(doc: dict[str, Any]) -> list[str]:
+    problems: list[str] = []
+    path = doc.get("task_path")
+    if isinstance(path, str) and path:
+        if len(path) > 500 or not TASK_PATH_RE.match(path):
+            problems.append("task_path: must be a dotted path to a task (module.function)")
+        elif doc.get("object_id") != path:
+            # object_id is sealed: holding the path there seals which function runs.
+            problems.append("object_id: must equal task_path")
+    queue = doc.get("queue_name")
+    if isinstance(queue, str) and queue:
+        known = task_queues()
+        if queue not in known:
+            listed = ", ".join(sorted(known)) or "none: add InboxTaskBackend to TASKS"
+            problems.append(f"queue_name: {queue!r} is not a queue of the task backend ({listed})")
+        elif not QUEUE_NAME_RE.match(queue):
+            problems.append(f"queue_name: {queue!r} is not a valid scope name")
+    for name in ("args", "kwargs"):
+        if isinstance(doc.get(name), list | dict):
+            problems += json_problems(name, doc[name])
+    retry = doc.get("retry")
+    if retry is not None:
+        if not isinstance(retry, dict):
+            problems.append("retry: must be an object")
+        else:
+            problems += RetryPolicy.problems(retry)
+    return problems
+
+
 BUILTIN_TYPES: tuple[JobType, ...] = (
     JobType(
         name="SAVE_OBJECT",
@@ -134,6 +346,30 @@ BUILTIN_TYPES: tuple[JobType, ...] = (
         scope="noop",
         idempotent=True,
         handler_path="inbox.handlers.noop",
+    ),
+    JobType(
+        name=TASK,
+        scope="",
+        scope_field="queue_name",
+        idempotent=True,
+        handler_path="inbox.handlers.run_task",
+        required=_TASK_FIELDS,
+        optional={"backend": "str", "retry": "dict"},
+        uses_vault=False,
+        extra_checks=(_check_task,),
+    ),
+    # A task declared non-idempotent (``inbox.tasks.non_idempotent``) follows the DELETE rules:
+    # never batched, never retried, OUTCOME_UNKNOWN after a lost lease, an operator decides.
+    JobType(
+        name=TASK_NON_IDEMPOTENT,
+        scope="",
+        scope_field="queue_name",
+        idempotent=False,
+        handler_path="inbox.handlers.run_task",
+        required=_TASK_FIELDS,
+        optional={"backend": "str"},
+        uses_vault=False,
+        extra_checks=(_check_task,),
     ),
 )
 
@@ -185,7 +421,26 @@ def get_job_type(name: str) -> JobType:
 
 
 def scopes() -> list[str]:
-    return sorted({t.scope for t in registry().values()})
+    """Every executor scope: the registered types' and the task backend's queues."""
+    fixed = {t.scope for t in registry().values() if t.scope_field is None}
+    return sorted(fixed | task_queues())
+
+
+def parse_run_after(value: str | None) -> dt.datetime | None:
+    """A document's ``run_after`` as an aware datetime (validated first)."""
+    return dt.datetime.fromisoformat(value) if value else None
+
+
+def _run_after_problems(value: Any) -> list[str]:
+    if not isinstance(value, str):
+        return []  # the type check reports it
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return [f"run_after: {value!r} is not an ISO 8601 date and time"]
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        return [f"run_after: {value!r} has no time zone (add Z or an offset such as +02:00)"]
+    return []
 
 
 def check_vault_path(value: str) -> list[str]:
@@ -251,6 +506,11 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
             problems.append(f"job_type: {type_name!r} is not a known job type ({known})")
 
     schema = dict(COMMON_FIELDS)
+    if job_type and not job_type.uses_vault:
+        # No vault object: the path may be left out, and if sent it must be empty.
+        del schema["vault_path"]
+        if data.get("vault_path", "") != "":
+            problems.append(f"vault_path: a {job_type.name} job touches no vault object")
     if job_type:
         schema.update(job_type.required)
     for name, tname in schema.items():
@@ -259,6 +519,11 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
         elif (msg := _type_problem(name, data[name], tname)) is not None:
             if name != "job_type":  # already reported above
                 problems.append(msg)
+    for name, tname in COMMON_OPTIONAL.items():
+        if name in data and (msg := _type_problem(name, data[name], tname)) is not None:
+            problems.append(msg)
+    if "run_after" in data:
+        problems.extend(_run_after_problems(data["run_after"]))
     if job_type:
         for name, tname in job_type.optional.items():
             if name in data and (msg := _type_problem(name, data[name], tname)) is not None:
@@ -278,7 +543,7 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
             supported = ", ".join(map(str, sorted(SUPPORTED_JOB_VERSIONS)))
             problems.append(f"job_version: {version} is not supported (supported: {supported})")
     path = data.get("vault_path")
-    if isinstance(path, str):
+    if isinstance(path, str) and (job_type is None or job_type.uses_vault):
         problems.extend(check_vault_path(path))
     for name, limit in (("job_id", 200), ("mission_id", 200), ("object_id", 500)):
         value = data.get(name)

@@ -6,6 +6,10 @@ unambiguous case (object absent → RECONCILED ``CONFIRMED_DELETED``) and annota
 (``RECONCILE_NOT_APPLIED``, ``RECONCILE_CONFLICT`` as ``result_code``, state unchanged). The
 manual outcomes (confirm deleted, not applied with an optional fresh DELETE, annotate) are the
 services the console calls. Job state changes only through ``inbox.transitions``.
+
+A type no vault probe can decide (a non-idempotent task: its effect lies outside the vault) is
+never probed and never decided automatically: an operator decides it (``decide_unprobed``:
+APPLIED or NOT_APPLIED, with a reason); the probe-based outcomes refuse it.
 """
 
 from __future__ import annotations
@@ -26,10 +30,14 @@ from inbox.models import Job, JobState
 
 CONFIRMED_DELETED = "CONFIRMED_DELETED"
 NOT_APPLIED = "NOT_APPLIED"
+# An operator's decision on a type no probe can decide: it did happen.
+APPLIED = "APPLIED"
 DIAG_NOT_APPLIED = "RECONCILE_NOT_APPLIED"
 DIAG_CONFLICT = "RECONCILE_CONFLICT"
 # A diagnosis only (``annotate``); confirming the delete is ``confirm_deleted``'s decision.
 DIAG_ABSENT = "RECONCILE_ABSENT"
+# An annotated case no probe can decide: it waits for an operator's decision.
+DIAG_UNPROBED = "AWAITING_OPERATOR"
 # Job types whose OUTCOME_UNKNOWN a vault probe can decide.
 PROBED_TYPES = frozenset({"DELETE_OBJECT"})
 
@@ -85,9 +93,43 @@ def probe_job(job: Job, *, now: dt.datetime | None = None) -> Evidence:
     )
 
 
+def is_probed(job: Job) -> bool:
+    """Can a vault probe decide this job's outcome?"""
+    return job.job_type in PROBED_TYPES
+
+
+def _require_probe(job: Job) -> None:
+    if not is_probed(job):
+        raise ReconcileRefused(
+            f"job {job.job_id!r}: no vault probe can decide a {job.job_type}; decide it as "
+            "applied or not applied from what you know"
+        )
+
+
+def decide_unprobed(job_id: str, *, actor: str, reason: str, applied: bool) -> Job:
+    """OUTCOME_UNKNOWN → RECONCILED ``APPLIED`` or ``NOT_APPLIED`` for a type no probe can
+    decide (a non-idempotent task): an operator's decision, recorded with the reason. Refused
+    for a probed type (its evidence decides) and without a reason."""
+    if not (reason or "").strip():
+        raise ValueError("an operator's decision needs a reason")
+    job = _load(job_id)
+    if is_probed(job):
+        raise ReconcileRefused(
+            f"job {job_id!r}: a {job.job_type} is decided from vault evidence, not by hand"
+        )
+    return transitions.reconcile_job(
+        job_id,
+        actor=actor,
+        result_code=APPLIED if applied else NOT_APPLIED,
+        evidence={"probe": None, "decided_by": actor, "why": f"no vault probe for {job.job_type}"},
+        reason=reason,
+    )
+
+
 def confirm_deleted(job_id: str, *, actor: str, reason: str) -> Job:
     """OUTCOME_UNKNOWN → RECONCILED ``CONFIRMED_DELETED``; refused unless the object is absent."""
     job = _load(job_id)
+    _require_probe(job)
     evidence = probe_job(job)
     if evidence.present:
         raise ReconcileRefused(
@@ -121,6 +163,7 @@ def not_applied(
     waits CREATED for its own approval; the operator who asked for it cannot approve it.
     """
     job = _load(job_id)
+    _require_probe(job)
     if not (job.state == JobState.OUTCOME_UNKNOWN or _already_not_applied(job)):
         raise InvalidTransition(
             job_id, job.state, JobState.RECONCILED, "only an OUTCOME_UNKNOWN job can be reconciled"
@@ -154,8 +197,13 @@ def _already_not_applied(job: Job) -> bool:
 
 
 def annotate(job_id: str, *, actor: str, reason: str) -> Job:
-    """Store the current evidence's diagnosis as ``result_code``; the state does not change."""
+    """Store the current evidence's diagnosis as ``result_code``; the state does not change.
+    A type no probe can decide keeps the operator's note only (``AWAITING_OPERATOR``)."""
     job = _load(job_id)
+    if not is_probed(job):
+        return transitions.set_result_code(
+            job_id, actor=actor, result_code=DIAG_UNPROBED, detail={"reason": reason}
+        )
     evidence = probe_job(job)
     code = _diagnosis(evidence)
     return transitions.set_result_code(

@@ -290,6 +290,7 @@ _ATTEMPT_ENDS = {
     EventType.OUTCOME_UNKNOWN,
     EventType.LEASE_EXPIRED,
     EventType.REJECTED,
+    EventType.RETRY_SCHEDULED,
 }
 
 

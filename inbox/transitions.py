@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
@@ -51,6 +50,7 @@ from inbox.jobtypes import (
     IMMUTABLE_PAYLOAD_FIELDS,
     compute_fingerprint,
     get_job_type,
+    parse_run_after,
     registry,
     validate_job_document,
 )
@@ -95,6 +95,7 @@ __all__ = [
     "renew_leases",
     "retry_job",
     "retry_jobs",
+    "schedule_retry",
     "set_result_code",
     "set_result_codes",
 ]
@@ -113,6 +114,8 @@ _FINISH_EVENT = {
     S.SUCCEEDED: EventType.SUCCEEDED,
     S.FAILED: EventType.FAILED,
     S.OUTCOME_UNKNOWN: EventType.OUTCOME_UNKNOWN,
+    # A failed attempt with a retry left (``schedule_retry``): back to the queue, deferred.
+    S.READY: EventType.RETRY_SCHEDULED,
 }
 _RANDOM_TOKEN_SQL = {
     "postgresql": "replace(gen_random_uuid()::text, '-', '')",
@@ -750,14 +753,15 @@ def build_job(
         job_version=doc["job_version"],
         mission_id=doc["mission_id"],
         job_type=job_type.name,
-        scope=job_type.scope,
+        scope=job_type.scope_for(doc),
         object_id=doc["object_id"],
-        vault_path=doc["vault_path"],
+        vault_path=doc.get("vault_path", ""),
         payload=doc,
         idempotency_key=doc["idempotency_key"],
         requested_by=requested_by,
-        max_attempts=job_type.max_attempts or settings.INBOX_MAX_ATTEMPTS,
+        max_attempts=job_type.max_attempts_for(doc),
         supersedes=supersedes,
+        run_after=parse_run_after(doc.get("run_after")),
     )
     if at is not None:
         job.created_at = job.updated_at = at
@@ -1437,6 +1441,8 @@ class Outcome:
     error: str = ""
     executed_detail: Mapping[str, Any] | None = field(default_factory=dict)
     detail: Mapping[str, Any] | None = None
+    # With ``to`` READY: a retry, not claimed before the database time plus this many seconds.
+    retry_in: float | None = None
 
 
 def _outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
@@ -1448,6 +1454,12 @@ def _outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
         extra = dict(o.detail or {})
         if o.error:
             extra["error"] = o.error
+        if o.to == S.READY:
+            extra.update(
+                attempt=job.attempt_count,
+                retry_in_s=round(o.retry_in or 0.0, 3),
+                run_after=job.run_after.isoformat() if job.run_after else None,
+            )
         out = [
             _event(
                 job,
@@ -1480,11 +1492,16 @@ def _finish(
     held: Callable[[Outcome], Held],
     at: dt.datetime | None,
 ) -> Moved:
-    groups: dict[tuple[str, str, str], list[Outcome]] = {}
+    groups: dict[tuple[str, str, str, float | None], list[Outcome]] = {}
     for outcome in outcomes:
-        if outcome.to not in _FINISH_EVENT:
-            raise ValueError(f"not an outcome state: {outcome.to}")
-        groups.setdefault((outcome.to, outcome.result_code, outcome.error), []).append(outcome)
+        if outcome.to not in _FINISH_EVENT or (outcome.to == S.READY) != (
+            outcome.retry_in is not None
+        ):
+            raise ValueError(f"not an outcome state: {outcome.to} (retry_in={outcome.retry_in})")
+        if outcome.retry_in is not None and not 0 <= outcome.retry_in < 10**7:
+            raise ValueError(f"retry_in must be from 0 to 10^7 seconds, got {outcome.retry_in}")
+        key = (outcome.to, outcome.result_code, outcome.error, outcome.retry_in)
+        groups.setdefault(key, []).append(outcome)
     by_id = {o.job.job_id: o for o in outcomes}
     result = Moved()
     # One UPDATE per distinct outcome, usually one; several share one transaction and clock.
@@ -1492,21 +1509,23 @@ def _finish(
     with transaction.atomic() if several else contextlib.nullcontext():
         now = db_now(at) if several else at
         parts: dict[str, Moved] = {}
-        for (to, result_code, error), group in groups.items():
+        for (to, result_code, error, retry_in), group in groups.items():
             values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
             if error:
                 values["last_error"] = error
+            retry = _retry_guard(group, values, retry_in) if to == S.READY else {}
             part = _move(
                 [held(o) for o in group],
                 to=to,
                 allowed=[S.EXECUTING],
                 actor=actor,
-                values=values,
+                values=retry.pop("values", values),
                 events=_outcome_events(actor, by_id),
                 fence="holder",
                 fail_closed=fail_closed,
                 full=full,
                 at=now,
+                **retry,
             )
             for job in part.jobs:
                 parts[job.job_id] = part
@@ -1519,9 +1538,33 @@ def _finish(
     return result
 
 
+def _retry_guard(
+    group: Sequence[Outcome], values: dict[str, Any], retry_in: float | None
+) -> dict[str, Any]:
+    """What a retry's ``_move`` adds: the claim cleared, ``run_after`` from the database clock,
+    and the guard that only an idempotent type is ever sent back (DESIGN §1.3: a
+    non-idempotent job is never retried blindly), checked on the rows read under lock."""
+    delay = dt.timedelta(seconds=retry_in or 0.0)
+    ids = [o.job.job_id for o in group]
+
+    def check(job: Job, _now: dt.datetime) -> None:
+        job_type = registry().get(job.job_type)
+        if job_type is None or not job_type.idempotent:
+            raise InvalidTransition(
+                job.job_id, job.state, S.READY, "a non-idempotent job is never retried blindly"
+            )
+
+    return {
+        "values": lambda now: {**values, **CLEARED_CLAIM, "run_after": now + delay},
+        "prior": lambda: lock_jobs(ids),
+        "check": check,
+    }
+
+
 def finish_jobs(outcomes: Sequence[Outcome], *, actor: str, at: dt.datetime | None = None) -> Moved:
     """EXECUTING → SUCCEEDED / FAILED / OUTCOME_UNKNOWN for a holder's batch, each outcome
-    committed with its EXECUTED event (one UPDATE per distinct outcome, usually one).
+    committed with its EXECUTED event (one UPDATE per distinct outcome, usually one); an
+    outcome to READY with ``retry_in`` is a retry (see ``schedule_retry``).
 
     Fail closed like ``begin_jobs``; the copies in the outcomes are updated in place.
     """
@@ -1555,10 +1598,11 @@ def _finish_one(
     error: str = "",
     detail: Mapping[str, Any] | None = None,
     executed_detail: Mapping[str, Any] | None = None,
+    retry_in: float | None = None,
     at: dt.datetime | None = None,
 ) -> Job:
     stub = Job(job_id=job_id, claim_id=claim_id)
-    outcome = Outcome(stub, to, result_code, error, executed_detail, detail)
+    outcome = Outcome(stub, to, result_code, error, executed_detail, detail, retry_in)
     return _finish(
         [outcome],
         actor=actor,
@@ -1638,6 +1682,37 @@ def mark_outcome_unknown(
         error=error,
         detail=detail,
         executed_detail=executed_detail,
+        at=at,
+    )
+
+
+def schedule_retry(
+    job_id: str,
+    *,
+    claim_id: str,
+    actor: str,
+    retry_in: float,
+    result_code: str,
+    error: str = "",
+    detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    """EXECUTING → READY: a failed attempt of an idempotent job with a retry left goes back to
+    the queue and is not claimed before the database time plus ``retry_in`` seconds
+    (``run_after``). The attempt stays counted; RETRY_SCHEDULED records it (with EXECUTED when
+    ``executed_detail`` is given). A non-idempotent job is refused: it is never retried blindly.
+    """
+    return _finish_one(
+        job_id,
+        to=S.READY,
+        claim_id=claim_id,
+        actor=actor,
+        result_code=result_code,
+        error=error,
+        detail=detail,
+        executed_detail=executed_detail,
+        retry_in=retry_in,
         at=at,
     )
 
@@ -1803,11 +1878,20 @@ def recover_stale_claims(*, at: dt.datetime | None = None) -> int:
 
 
 def retry_jobs(
-    job_ids: Sequence[str], *, actor: str, reason: str, at: dt.datetime | None = None
+    job_ids: Sequence[str],
+    *,
+    actor: str,
+    reason: str,
+    run_after: dt.datetime | None = None,
+    at: dt.datetime | None = None,
 ) -> Moved:
-    """FAILED → READY by an operator; each job gets a fresh attempt budget."""
+    """FAILED → READY by an operator; each job gets a fresh attempt budget. With
+    ``run_after`` (aware) the jobs are not claimed before it (an operator's "retry at");
+    without, a deferral left from an earlier retry is cleared: they run now."""
     if not reason:
         raise ValueError("retry_job needs a reason")
+    if run_after is not None and (run_after.tzinfo is None or run_after.utcoffset() is None):
+        raise ValueError("run_after must be an aware datetime")
 
     def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
         assert before is not None
@@ -1822,6 +1906,7 @@ def retry_jobs(
                 reason=reason,
                 previous_result_code=before.result_code,
                 previous_attempts=before.attempt_count,
+                **({"run_after": run_after.isoformat()} if run_after else {}),
             )
         ]
 
@@ -1830,16 +1915,23 @@ def retry_jobs(
         to=S.READY,
         allowed=[S.FAILED],
         actor=actor,
-        values={**CLEARED_CLAIM, "attempt_count": 0, "result_code": ""},
+        values={**CLEARED_CLAIM, "attempt_count": 0, "result_code": "", "run_after": run_after},
         events=events,
         prior=lambda: lock_jobs(job_ids, skip_locked=len(job_ids) > 1),
         at=at,
     )
 
 
-def retry_job(job_id: str, *, actor: str, reason: str, at: dt.datetime | None = None) -> Job:
+def retry_job(
+    job_id: str,
+    *,
+    actor: str,
+    reason: str,
+    run_after: dt.datetime | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
     """Retry one FAILED job (see ``retry_jobs``)."""
-    return retry_jobs([job_id], actor=actor, reason=reason, at=at).one()
+    return retry_jobs([job_id], actor=actor, reason=reason, run_after=run_after, at=at).one()
 
 
 CANCELLABLE = (S.CREATED, S.READY, S.CLAIMED)

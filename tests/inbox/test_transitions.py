@@ -130,6 +130,15 @@ MOVERS: tuple[Mover, ...] = (
         kind="delete",
     ),
     Mover(
+        "schedule_retry",
+        S.READY,
+        frozenset({S.EXECUTING}),
+        EventType.RETRY_SCHEDULED,
+        lambda j: transitions.schedule_retry(
+            j.job_id, claim_id=j.claim_id, actor=WORKER, retry_in=5, result_code="TASK_ERROR"
+        ),
+    ),
+    Mover(
         "recover_stale_claims(idempotent)",
         S.READY,
         frozenset({S.CLAIMED, S.EXECUTING}),

@@ -13,9 +13,11 @@ from inbox.management.commands._common import allow_bare_verbose, setup_logging
 
 class Command(BaseCommand):
     help = (
-        "Run an executor for one scope (save, delete, noop or any registered scope): claim a "
+        "Run an executor for one scope (save, delete, noop, a django.tasks queue of "
+        "InboxTaskBackend such as default, or any registered scope): claim a "
         "batch under a lease, authorize each job (schema, fingerprint, approval), run its "
-        "handler and record EXECUTED with SUCCEEDED / FAILED / OUTCOME_UNKNOWN. Beats a "
+        "handler and record EXECUTED with SUCCEEDED / FAILED / OUTCOME_UNKNOWN (or, for a task "
+        "with retries left, RETRY_SCHEDULED). Beats a "
         "heartbeat, sweeps lapsed leases every --sweep-every turns, does not claim while the "
         "scope is paused, and prints progress every --progress-every seconds. Jobs of "
         "idempotent types that need no approval (NOOP, SAVE) begin and record together, one "
