@@ -184,7 +184,13 @@ def _document_schema() -> dict[str, Any]:
         + (f", optional {', '.join(sorted(t.optional))}" if t.optional else "")
         for name, t in sorted(types.items())
     )
-    json_types = {"str": "string", "int": "integer", "bool": "boolean"}
+    json_types = {
+        "str": "string",
+        "int": "integer",
+        "bool": "boolean",
+        "list": "array",
+        "dict": "object",
+    }
     properties: dict[str, Any] = {
         name: {"type": json_types[kind]} for name, kind in COMMON_FIELDS.items()
     }

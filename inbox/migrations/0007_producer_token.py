@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inbox', '0004_job_run_after_max_attempts'),
+        ('inbox', '0006_prefix_search_indexes'),
     ]
 
     operations = [
