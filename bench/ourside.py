@@ -43,7 +43,7 @@ from django.db.models import Count, Max, Min  # noqa: E402
 from audit.events import Event, record_events  # noqa: E402
 from audit.models import AuditEvent, EventType  # noqa: E402
 from inbox.models import Job, JobState  # noqa: E402
-from inbox.transitions import create_job, fingerprint_of  # noqa: E402
+from inbox.transitions import create_job, create_jobs, fingerprint_of  # noqa: E402
 
 
 def noop_document(mission: str, i: int) -> dict[str, Any]:
@@ -66,6 +66,10 @@ def enqueue(n: int, mission: str, mode: str) -> dict[str, Any]:
         with transaction.atomic():
             for doc in docs:
                 create_job(doc, requested_by="bench")
+    elif mode == "batch-1000":
+        # create_jobs: one set-based call (one transaction) per 1,000 documents.
+        for i in range(0, n, 1000):
+            create_jobs(docs[i : i + 1000], requested_by="bench")
     else:
         for doc in docs:
             create_job(doc, requested_by="bench")
@@ -208,7 +212,7 @@ def main() -> None:
     p = sub.add_parser("enqueue", help="create N NOOP jobs through create_job (measured)")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--mission", required=True)
-    p.add_argument("--mode", choices=["per-commit", "one-tx"], default="per-commit")
+    p.add_argument("--mode", choices=["per-commit", "one-tx", "batch-1000"], default="per-commit")
     p = sub.add_parser("load", help="bulk-insert N READY NOOP jobs (setup)")
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--mission", required=True)

@@ -806,14 +806,12 @@ def create_job(
     Types that need no approval become READY in the same transaction (REQUESTED and READY
     both recorded); a DELETE stays CREATED until an approval decides it.
     """
-    job, events = build_job(data, requested_by=requested_by, supersedes=supersedes, at=at)
-    try:
-        with transaction.atomic():
-            job.save(force_insert=True)
-            record_events(events)
-    except IntegrityError:
-        return _existing_for_replay(job), False
-    return job, True
+    result = create_jobs([data], requested_by=requested_by, supersedes=supersedes, at=at)
+    if result.refused:
+        raise result.refused[0]
+    if result.created:
+        return result.created[0], True
+    return result.replayed[0], False
 
 
 @dataclass
@@ -857,6 +855,7 @@ def create_jobs(
     *,
     requested_by: str,
     all_or_nothing: bool = False,
+    supersedes: str | None = None,
     at: dt.datetime | None = None,
 ) -> Created:
     """Validate and store many jobs in one transaction: ``create_job``'s validation,
@@ -873,7 +872,9 @@ def create_jobs(
     built: dict[int, tuple[Job, list[Event]]] = {}
     for position, data in enumerate(documents):
         try:
-            built[position] = build_job(data, requested_by=requested_by, at=at)
+            built[position] = build_job(
+                data, requested_by=requested_by, supersedes=supersedes, at=at
+            )
         except InboxError as exc:
             result.refused[position] = exc
     if all_or_nothing and result.refused:
@@ -901,33 +902,19 @@ def create_jobs(
             result.refused[position] = IdempotencyConflict(key or job.job_id, twin.job_id)
     if all_or_nothing and result.refused:
         return result
-    with transaction.atomic():
-        now = db_now(at)
-        stamps = {position: now + dt.timedelta(microseconds=n) for n, position in enumerate(fresh)}
+    # One transaction when it must roll back as a whole or when SQLite needs two statements;
+    # on PostgreSQL a lone batch is one statement (jobs and events), atomic by itself.
+    needs_transaction = all_or_nothing or connection.vendor != "postgresql"
+    with transaction.atomic() if needs_transaction else contextlib.nullcontext():
+        stamps = _store(list(fresh.values()), at)
         for position, (job, _events) in fresh.items():
-            job.created_at = job.updated_at = stamps[position]
-        inserted = _insert_jobs([job for job, _events in fresh.values()])
-        events: list[Event] = []
-        for position, (job, job_events) in fresh.items():
-            if job.job_id in inserted:
+            if job.job_id in stamps:
+                job.created_at = job.updated_at = stamps[job.job_id]
                 job._state.adding = False
                 result.created[position] = job
-                events += [
-                    Event(
-                        e.event_type,
-                        e.actor,
-                        e.job_id,
-                        e.run_id,
-                        e.result_code,
-                        e.detail,
-                        stamps[position],
-                    )
-                    for e in job_events
-                ]
-        record_events(events)
         stored = {job.job_id: job for job in result.created.values()}
         for position, (job, _events) in fresh.items():
-            if job.job_id not in inserted:
+            if job.job_id not in stamps:
                 try:
                     stored[job.job_id] = result.replayed[position] = _existing_for_replay(job)
                 except IdempotencyConflict as exc:
@@ -944,10 +931,93 @@ def create_jobs(
     return result
 
 
+def _store(fresh: list[tuple[Job, list[Event]]], at: dt.datetime | None) -> dict[str, dt.datetime]:
+    """Insert the jobs and, for those actually stored (a key already present is skipped), their
+    creation events; each job's ``created_at`` (the batch's database time plus one microsecond
+    per position) by id. PostgreSQL: one statement; SQLite: one INSERT each, in the caller's
+    transaction."""
+    if not fresh:
+        return {}
+    if connection.vendor == "postgresql":
+        return _store_postgresql(fresh, at)
+    now = db_now(at)
+    stamps = {job.job_id: now + dt.timedelta(microseconds=n) for n, (job, _e) in enumerate(fresh)}
+    for job, _events in fresh:
+        job.created_at = job.updated_at = stamps[job.job_id]
+    inserted = _insert_jobs([job for job, _events in fresh])
+    record_events(
+        Event(
+            e.event_type, e.actor, e.job_id, e.run_id, e.result_code, e.detail, stamps[job.job_id]
+        )
+        for job, job_events in fresh
+        if job.job_id in inserted
+        for e in job_events
+    )
+    return {job_id: stamps[job_id] for job_id in inserted}
+
+
+_PG_TYPES = {
+    "job_version": "integer",
+    "max_attempts": "integer",
+    "payload": "jsonb",
+    "run_after": "timestamptz",
+}
+
+
+def _store_postgresql(
+    fresh: list[tuple[Job, list[Event]]], at: dt.datetime | None
+) -> dict[str, dt.datetime]:
+    columns = [c for c in _INSERT_COLUMNS if c not in ("created_at", "updated_at")]
+    adapt = connection.ops.adapt_datetimefield_value
+    rows, events = [], []
+    for n, (job, job_events) in enumerate(fresh):
+        row = {c: getattr(job, c) for c in columns}
+        if row["run_after"] is not None:
+            row["run_after"] = str(adapt(row["run_after"]))
+        rows.append({**row, "n": n})
+        events += [
+            {
+                "job_id": e.job_id,
+                "k": k,
+                "event_type": str(e.event_type),
+                "actor": e.actor,
+                "result_code": e.result_code or "",
+                "detail": e.detail or {},
+            }
+            for k, e in enumerate(job_events)
+        ]
+    spec = ", ".join(f"{c} {_PG_TYPES.get(c, 'text')}" for c in columns)
+    names = ", ".join(columns)
+    table = connection.ops.quote_name(Job._meta.db_table)
+    audit = connection.ops.quote_name(AuditEvent._meta.db_table)
+    sql = f"""
+WITH base AS (SELECT COALESCE(%s::timestamptz, statement_timestamp()) AS t),
+src AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS x({spec}, n integer)),
+ins AS (
+    INSERT INTO {table} ({names}, created_at, updated_at,
+                         attempt_count, worker_id, claim_id, result_code, last_error, note)
+    SELECT {names}, base.t + src.n * interval '1 microsecond',
+           base.t + src.n * interval '1 microsecond', 0, '', '', '', '', ''
+    FROM src, base ORDER BY src.n
+    ON CONFLICT DO NOTHING
+    RETURNING job_id, created_at
+),
+ev AS (
+    INSERT INTO {audit} (job_id, run_id, event_type, actor, result_code, detail, created_at)
+    SELECT e.job_id, NULL, e.event_type, e.actor, e.result_code, e.detail, ins.created_at
+    FROM jsonb_to_recordset(%s::jsonb)
+         AS e(job_id text, k integer, event_type text, actor text, result_code text, detail jsonb)
+    JOIN ins ON ins.job_id = e.job_id
+    ORDER BY ins.created_at, e.k
+)
+SELECT job_id, created_at FROM ins"""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [at, json.dumps(rows), json.dumps(events)])
+        return dict(cursor.fetchall())
+
+
 def _insert_jobs(jobs: list[Job]) -> set[str]:
-    """One INSERT of ``jobs``; the ids actually stored (a key already present is skipped)."""
-    if not jobs:
-        return set()
+    """SQLite: one INSERT of ``jobs``; the ids stored (a key already present is skipped)."""
     adapt = connection.ops.adapt_datetimefield_value
     rows = []
     for job in jobs:
@@ -958,36 +1028,17 @@ def _insert_jobs(jobs: list[Job]) -> set[str]:
         rows.append(row)
     columns = ", ".join(_INSERT_COLUMNS)
     table = connection.ops.quote_name(Job._meta.db_table)
-    if connection.vendor == "postgresql":
-        types = {
-            "job_version": "integer",
-            "max_attempts": "integer",
-            "payload": "jsonb",
-            "run_after": "timestamptz",
-            "created_at": "timestamptz",
-            "updated_at": "timestamptz",
-        }
-        spec = ", ".join(f"{c} {types.get(c, 'text')}" for c in _INSERT_COLUMNS)
-        source = f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS x({spec})"
-        # attempt_count and the claim columns take their defaults.
-        extra = ", attempt_count, worker_id, claim_id, result_code, last_error, note"
-        sql = (
-            f"INSERT INTO {table} ({columns}{extra}) "
-            f"SELECT *, 0, '', '', '', '', '' FROM ({source}) AS s "
-            "ON CONFLICT DO NOTHING RETURNING job_id"
-        )
-    else:
-        picks = ", ".join(
-            f"json_extract(value, '$.{c}')"
-            if c != "payload"
-            else "json(json_extract(value, '$.payload'))"
-            for c in _INSERT_COLUMNS
-        )
-        sql = (
-            f"INSERT INTO {table} ({columns}, attempt_count, worker_id, claim_id, result_code, "
-            f"last_error, note) SELECT {picks}, 0, '', '', '', '', '' FROM json_each(%s) "
-            "WHERE true ORDER BY key ON CONFLICT DO NOTHING RETURNING job_id"
-        )
+    picks = ", ".join(
+        f"json_extract(value, '$.{c}')"
+        if c != "payload"
+        else "json(json_extract(value, '$.payload'))"
+        for c in _INSERT_COLUMNS
+    )
+    sql = (
+        f"INSERT INTO {table} ({columns}, attempt_count, worker_id, claim_id, result_code, "
+        f"last_error, note) SELECT {picks}, 0, '', '', '', '', '' FROM json_each(%s) "
+        "WHERE true ORDER BY key ON CONFLICT DO NOTHING RETURNING job_id"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, [json.dumps(rows)])
         return {row[0] for row in cursor.fetchall()}
