@@ -31,6 +31,8 @@ from inbox.errors import ConfigurationError, JobValidationError
 
 SUPPORTED_JOB_VERSIONS = frozenset({1})
 MAX_VAULT_PATH = 1024
+# The longest file or directory name the usual filesystems hold (NAME_MAX), in UTF-8 bytes.
+MAX_VAULT_COMPONENT_BYTES = 255
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 # Field type names used by schemas (settings use the names, not Python types).
@@ -204,6 +206,14 @@ def check_vault_path(value: str) -> list[str]:
     parts = value.split("/")
     if ".." in parts:
         problems.append("vault_path: must not contain '..'")
+    for part in parts:
+        # surrogatepass: a lone surrogate is reported elsewhere; here only the length counts.
+        size = len(part.encode("utf-8", "surrogatepass"))
+        if size > MAX_VAULT_COMPONENT_BYTES:
+            problems.append(
+                f"vault_path: the component {part[:40]!r}… is {size} bytes (UTF-8); a file or "
+                f"directory name holds at most {MAX_VAULT_COMPONENT_BYTES}"
+            )
     if not problems and (posixpath.normpath(value) != value or "." in parts):
         problems.append(
             f"vault_path: must be normalised (got {value!r}, normal form "
