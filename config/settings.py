@@ -82,6 +82,16 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+# --- Hardening (issue 11): request guards and error pages (console/middleware.py) -----------
+# NUL bytes are refused before the session or any view reads the request; view exceptions
+# become styled 400/403/404 pages and a busy database a 503, in DEBUG and production alike.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"),
+    "console.middleware.RefuseNulMiddleware",
+)
+MIDDLEWARE.append("console.middleware.ErrorPagesMiddleware")
+# --- end of the hardening block ----------------------------------------------------------------
+
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 ASGI_APPLICATION = "config.asgi.application"
