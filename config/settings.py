@@ -242,3 +242,12 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
     },
 }
+
+# --- Hardening (issue 11): max_attempts >= 1 everywhere ------------------------------------------
+# The database refuses a job with max_attempts < 1 (a check constraint); refuse the setting that
+# would make every new job violate it here, at start-up, with a message that names it.
+if INBOX_MAX_ATTEMPTS < 1:
+    raise ImproperlyConfigured(
+        f"INBOX_MAX_ATTEMPTS must be at least 1 (got {INBOX_MAX_ATTEMPTS}): every job needs one."
+    )
+# --- end of the hardening block ----------------------------------------------------------------

@@ -156,6 +156,15 @@ def _from_settings(name: str, spec: Mapping[str, Any]) -> JobType:
                     f"INBOX_JOB_TYPES[{name!r}][{group!r}][{fname!r}]: type {tname!r} is not "
                     f"one of {', '.join(_TYPES)}"
                 )
+    max_attempts = spec.get("max_attempts")
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        # 0 would fail a job at its first lapsed lease (and "or" would quietly replace it).
+        raise ConfigurationError(
+            f"INBOX_JOB_TYPES[{name!r}]['max_attempts'] must be a whole number of at least 1, "
+            f"got {max_attempts!r}"
+        )
     return JobType(
         name=name,
         scope=str(spec["scope"]),
@@ -164,7 +173,7 @@ def _from_settings(name: str, spec: Mapping[str, Any]) -> JobType:
         required=dict(spec.get("required", {})),
         optional=dict(spec.get("optional", {})),
         needs_approval=bool(spec.get("needs_approval", False)),
-        max_attempts=spec.get("max_attempts"),
+        max_attempts=max_attempts,
     )
 
 
