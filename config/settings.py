@@ -243,11 +243,23 @@ LOGGING = {
     },
 }
 
-# --- Hardening (issue 11): max_attempts >= 1 everywhere ------------------------------------------
+# --- Hardening (issue 11): max_attempts >= 1, the SQLite busy timeout ----------------------------
 # The database refuses a job with max_attempts < 1 (a check constraint); refuse the setting that
 # would make every new job violate it here, at start-up, with a message that names it.
 if INBOX_MAX_ATTEMPTS < 1:
     raise ImproperlyConfigured(
         f"INBOX_MAX_ATTEMPTS must be at least 1 (got {INBOX_MAX_ATTEMPTS}): every job needs one."
     )
+# SQLITE_BUSY_TIMEOUT (seconds, default 30): how long a writer waits for SQLite's write lock
+# before "database is locked" (a web request then answers 503, a command says so and exits 1).
+if "SQLITE_BUSY_TIMEOUT" in os.environ:
+    _busy = float(os.environ["SQLITE_BUSY_TIMEOUT"])
+    if _busy <= 0:
+        raise ImproperlyConfigured(f"SQLITE_BUSY_TIMEOUT must be positive, got {_busy}")
+    _options = DATABASES["default"].get("OPTIONS", {})
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        _options["timeout"] = _busy
+        _options["init_command"] = _options["init_command"].replace(
+            "busy_timeout=30000", f"busy_timeout={int(_busy * 1000)}"
+        )
 # --- end of the hardening block ----------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import models
+from django.db import OperationalError, models
 
 # The longest reason a command records (the console's limit too: console.policy.REASON_MAX).
 REASON_MAX = 2000
@@ -69,6 +69,13 @@ def username() -> Callable[[str], str]:
     return column(get_user_model(), get_user_model().USERNAME_FIELD)
 
 
+def database_busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" or PostgreSQL's lock_timeout (lock_not_available)."""
+    if "database is locked" in str(exc) or "database table is locked" in str(exc):
+        return True
+    return getattr(exc.__cause__, "sqlstate", None) == "55P03"
+
+
 def _guarded(convert: Callable[[str], Any] | None) -> Callable[[str], Any]:
     def check(value: str) -> Any:
         value = _clean(value)
@@ -81,7 +88,20 @@ def _guarded(convert: Callable[[str], Any] | None) -> Callable[[str], Any]:
 
 class ConsoleCommand(BaseCommand):
     """Base of every management command of the project: each argument (Django's own too) is
-    refused if it holds a NUL byte or non-UTF-8 bytes, before ``handle`` runs."""
+    refused if it holds a NUL byte or non-UTF-8 bytes, before ``handle`` runs; a database that
+    stays locked past its busy timeout is reported as such (exit 1), not as a traceback."""
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute(*args, **options)
+        except OperationalError as exc:
+            if not database_busy(exc):
+                raise
+            raise CommandError(
+                f"the database is busy: {exc}. Another process holds the lock this command "
+                "needs; nothing was changed. Try again when it is done (on SQLite, a process "
+                "frozen while holding the write lock blocks every writer until it ends)."
+            ) from exc
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
