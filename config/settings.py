@@ -262,4 +262,7 @@ if "SQLITE_BUSY_TIMEOUT" in os.environ:
         _options["init_command"] = _options["init_command"].replace(
             "busy_timeout=30000", f"busy_timeout={int(_busy * 1000)}"
         )
+# Unapplying the audit app's migrations erases the history: refused unless this says so
+# (AUDIT_ALLOW_ERASING_HISTORY=1 for the one command that means it; see audit/history.py).
+AUDIT_ALLOW_ERASING_HISTORY = os.environ.get("AUDIT_ALLOW_ERASING_HISTORY", "") == "1"
 # --- end of the hardening block ----------------------------------------------------------------
