@@ -6,6 +6,7 @@ Local development runs on an embedded SQLite file under ``var/`` with safe defau
 another SQLite file.
 """
 
+import datetime as dt
 import os
 from pathlib import Path
 
@@ -265,4 +266,34 @@ if "SQLITE_BUSY_TIMEOUT" in os.environ:
 # Unapplying the audit app's migrations erases the history: refused unless this says so
 # (AUDIT_ALLOW_ERASING_HISTORY=1 for the one command that means it; see audit/history.py).
 AUDIT_ALLOW_ERASING_HISTORY = os.environ.get("AUDIT_ALLOW_ERASING_HISTORY", "") == "1"
+# --- end of the hardening block ----------------------------------------------------------------
+
+# --- Hardening (issue 11): login throttling with django-axes -------------------------------------
+# LOGIN_FAILURE_LIMIT failed logins for one user name, or from one address, lock that user name
+# or address out for LOGIN_COOLOFF_MINUTES; a success resets the count. Admins see lockouts under
+# Admin → Axes (delete an attempt to clear it) and clear them with `manage.py axes_reset` (or
+# axes_reset_username USER, axes_reset_ip ADDRESS). Behind a TLS proxy set
+# CONSOLE_TRUSTED_PROXIES to the number of proxies that append to X-Forwarded-For, else every
+# client shares the proxy's address.
+INSTALLED_APPS.append("axes")
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")  # last, as django-axes requires
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = dt.timedelta(minutes=float(os.environ.get("LOGIN_COOLOFF_MINUTES", "15")))
+# Each parameter on its own: a user name *or* an address reaching the limit is locked out.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.middleware.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "console.middleware.client_ip"
+CONSOLE_TRUSTED_PROXIES = int(os.environ.get("CONSOLE_TRUSTED_PROXIES", "0"))
+# Lockouts are warnings; the start-up banner and each failure (INFO) would fill every command's
+# output.
+LOGGING["loggers"]["axes"] = {"level": os.environ.get("AXES_LOG_LEVEL", "WARNING")}
+if AXES_FAILURE_LIMIT < 1 or CONSOLE_TRUSTED_PROXIES < 0:
+    raise ImproperlyConfigured(
+        "LOGIN_FAILURE_LIMIT must be at least 1 and CONSOLE_TRUSTED_PROXIES at least 0."
+    )
 # --- end of the hardening block ----------------------------------------------------------------
