@@ -278,7 +278,7 @@ AUDIT_ALLOW_ERASING_HISTORY = os.environ.get("AUDIT_ALLOW_ERASING_HISTORY", "") 
 INSTALLED_APPS.append("axes")
 MIDDLEWARE.append("axes.middleware.AxesMiddleware")  # last, as django-axes requires
 AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
+    "console.login.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
@@ -286,8 +286,8 @@ AXES_COOLOFF_TIME = dt.timedelta(minutes=float(os.environ.get("LOGIN_COOLOFF_MIN
 # Each parameter on its own: a user name *or* an address reaching the limit is locked out.
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_CALLABLE = "console.middleware.login_locked_out"
-AXES_CLIENT_IP_CALLABLE = "console.middleware.client_ip"
+AXES_LOCKOUT_CALLABLE = "console.login.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "console.login.client_ip"
 CONSOLE_TRUSTED_PROXIES = int(os.environ.get("CONSOLE_TRUSTED_PROXIES", "0"))
 # Lockouts are warnings; the start-up banner and each failure (INFO) would fill every command's
 # output.

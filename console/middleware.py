@@ -14,9 +14,6 @@
 it, so a page looks the same whichever way it was reached. 500, 503 and refused requests render
 without the request's context: they must not need the database (or the session) that failed.
 
-``login_locked_out`` and ``client_ip`` are django-axes' hooks (login throttling, settings
-``AXES_*``): a lockout is the login page itself with the reason, and the address counted is
-the client's, also behind a TLS proxy.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.db import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
@@ -195,46 +191,3 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if exc is not None and is_busy(exc):
         return busy_response(request)
     return error_response(request, 500, with_request=False)
-
-
-# --- login throttling (django-axes hooks, see config/settings.py) ------------------------------
-
-
-def client_ip(request: HttpRequest) -> str:
-    """The address a login attempt counts against.
-
-    ``REMOTE_ADDR``, or — behind ``CONSOLE_TRUSTED_PROXIES`` proxies that each append to
-    ``X-Forwarded-For`` — the address the outermost trusted proxy saw. Entries before it are
-    the client's own claims and are not trusted (else anyone could pick their address).
-    """
-    count = getattr(settings, "CONSOLE_TRUSTED_PROXIES", 0)
-    if count > 0:
-        forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-        if len(hops) >= count:
-            return hops[-count]
-    return request.META.get("REMOTE_ADDR", "")
-
-
-def login_locked_out(
-    request: HttpRequest,
-    original_response: HttpResponse | None = None,
-    credentials: dict[str, Any] | None = None,
-) -> HttpResponse:
-    """The login page, saying that this user name or address is locked out and for how long
-    (HTTP 429 with Retry-After)."""
-    from django.contrib.auth.forms import AuthenticationForm
-    from django.shortcuts import render
-
-    cool_off = getattr(settings, "AXES_COOLOFF_TIME", None)
-    seconds = int(cool_off.total_seconds()) if cool_off else 0
-    context = {
-        "form": AuthenticationForm(request),
-        "locked_out": True,
-        "cooloff_minutes": max(1, round(seconds / 60)) if seconds else 0,
-        "next": request.POST.get("next", "") if request.method == "POST" else "",
-    }
-    response = render(request, "console/login.html", context, status=429)
-    if seconds:
-        response["Retry-After"] = str(seconds)
-    return response

@@ -151,3 +151,11 @@ def test_address_behind_trusted_proxy_is_the_clients(settings, operator) -> None
         HTTP_X_FORWARDED_FOR="198.51.100.2",
     )
     assert other.status_code == 302
+
+
+def test_authenticate_without_a_request_is_not_throttled(operator) -> None:
+    """A script or the shell (no request, no address) authenticates as before."""
+    from django.contrib.auth import authenticate
+
+    assert authenticate(username="operator", password=PASSWORD) == operator
+    assert authenticate(username="operator", password="wrong") is None

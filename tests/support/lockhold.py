@@ -39,13 +39,11 @@ def hold_write_lock(
             raise AssertionError(f"the lock holder did not take the lock: {line!r} {proc.stderr}")
         yield proc
     finally:
-        if proc.stdin:
-            proc.stdin.close()
         try:
-            proc.wait(timeout=30)
+            proc.communicate(timeout=30)  # closes stdin (the holder lets go) and the pipes
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=30)
+            proc.communicate(timeout=30)
 
 
 def _main() -> None:
