@@ -6,6 +6,7 @@ Local development runs on an embedded SQLite file under ``var/`` with safe defau
 another SQLite file.
 """
 
+import datetime as dt
 import os
 import sys
 from pathlib import Path
@@ -83,6 +84,16 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
+# --- Hardening (issue 11): request guards and error pages (console/middleware.py) -----------
+# NUL bytes are refused before the session or any view reads the request; view exceptions
+# become styled 400/403/404 pages and a busy database a 503, in DEBUG and production alike.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"),
+    "console.middleware.RefuseNulMiddleware",
+)
+MIDDLEWARE.append("console.middleware.ErrorPagesMiddleware")
+# --- end of the hardening block ----------------------------------------------------------------
+
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 ASGI_APPLICATION = "config.asgi.application"
@@ -109,6 +120,8 @@ TEMPLATES = [
 # locked"); synchronous=FULL because a job system must not lose a committed claim on power loss.
 # How long a writer waits for SQLite's write lock before "database is locked" (seconds).
 SQLITE_BUSY_TIMEOUT = float(os.environ.get("SQLITE_BUSY_TIMEOUT", "30"))
+if SQLITE_BUSY_TIMEOUT <= 0:
+    raise ImproperlyConfigured(f"SQLITE_BUSY_TIMEOUT must be positive, got {SQLITE_BUSY_TIMEOUT}")
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
     "timeout": SQLITE_BUSY_TIMEOUT,
@@ -304,3 +317,45 @@ LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()
 if LOG_FORMAT == "json":
     LOGGING["formatters"]["json"] = {"()": "core.logs.JsonFormatter"}
     LOGGING["handlers"]["stderr"]["formatter"] = "json"
+
+# --- Hardening (issue 11): max_attempts >= 1, the audit's history ---------------------------------
+# The database refuses a job with max_attempts < 1 (a check constraint); refuse the setting that
+# would make every new job violate it here, at start-up, with a message that names it.
+if INBOX_MAX_ATTEMPTS < 1:
+    raise ImproperlyConfigured(
+        f"INBOX_MAX_ATTEMPTS must be at least 1 (got {INBOX_MAX_ATTEMPTS}): every job needs one."
+    )
+# Unapplying the audit app's migrations erases the history: refused unless this says so
+# (AUDIT_ALLOW_ERASING_HISTORY=1 for the one command that means it; see audit/history.py).
+AUDIT_ALLOW_ERASING_HISTORY = os.environ.get("AUDIT_ALLOW_ERASING_HISTORY", "") == "1"
+# --- end of the hardening block ----------------------------------------------------------------
+
+# --- Hardening (issue 11): login throttling with django-axes -------------------------------------
+# LOGIN_FAILURE_LIMIT failed logins for one user name, or from one address, lock that user name
+# or address out for LOGIN_COOLOFF_MINUTES; a success resets the count. Admins see lockouts under
+# Admin → Axes (delete an attempt to clear it) and clear them with `manage.py axes_reset` (or
+# axes_reset_username USER, axes_reset_ip ADDRESS). Behind a TLS proxy set
+# CONSOLE_TRUSTED_PROXIES to the number of proxies that append to X-Forwarded-For, else every
+# client shares the proxy's address.
+INSTALLED_APPS.append("axes")
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")  # last, as django-axes requires
+AUTHENTICATION_BACKENDS = [
+    "console.login.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = dt.timedelta(minutes=float(os.environ.get("LOGIN_COOLOFF_MINUTES", "15")))
+# Each parameter on its own: a user name *or* an address reaching the limit is locked out.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "console.login.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "console.login.client_ip"
+CONSOLE_TRUSTED_PROXIES = int(os.environ.get("CONSOLE_TRUSTED_PROXIES", "0"))
+# Lockouts are warnings; the start-up banner and each failure (INFO) would fill every command's
+# output.
+LOGGING["loggers"]["axes"] = {"level": os.environ.get("AXES_LOG_LEVEL", "WARNING")}
+if AXES_FAILURE_LIMIT < 1 or CONSOLE_TRUSTED_PROXIES < 0:
+    raise ImproperlyConfigured(
+        "LOGIN_FAILURE_LIMIT must be at least 1 and CONSOLE_TRUSTED_PROXIES at least 0."
+    )
+# --- end of the hardening block ----------------------------------------------------------------

@@ -2,6 +2,9 @@
 
 Rows are written only by ``console.policy.action`` in the same transaction as the action's own
 writes, so "the action happened" and "this request id was used" commit or roll back together.
+
+A request id belongs to its user: the same id from another user is another request (issue 11),
+never "already done" with someone else's outcome.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from django.db.models.functions import Now
 
 
 class ActionRequest(models.Model):
-    """One operator POST, keyed by the form's ``request_id``; a repeat does not act again."""
+    """One operator POST, keyed by its user and the form's ``request_id``; a repeat by the same
+    user does not act again."""
 
-    request_id = models.CharField(max_length=64, unique=True)
+    request_id = models.CharField(max_length=64)
     # The user may be deleted later; the username keeps the record readable.
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
@@ -26,6 +30,11 @@ class ActionRequest(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "request_id"], name="console_request_id_per_user"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.action} {self.request_id} by {self.username}"

@@ -7,7 +7,8 @@ the wrong method while writing nothing.
 
 - ``@page(permission=None)``: GET/HEAD only, login required, optional view permission.
 - ``@action(permission=..., region=..., needs_reason=False)``: POST only, login, the named
-  permission, a ``request_id`` (a repeat does not act again) and, when asked, a non-empty
+  permission, a ``request_id`` (a repeat by the same user does not act again; another
+  user's same id is a request of their own) and, when asked, a non-empty
   ``reason``. The view runs inside one transaction together with its ``ActionRequest`` row and
   receives an ``ActionContext`` as ``act``; it calls its service through ``act.perform`` and
   always renders its region (using ``act.message`` / ``act.status``).
@@ -256,8 +257,8 @@ def _run_once(
             if act.status != 200:
                 response.status_code = act.status
             return response
-    # The id was used before (double click, retried request): do not act again.
-    previous = ActionRequest.objects.filter(request_id=act.request_id).first()
+    # This user used the id before (double click, retried request): do not act again.
+    previous = ActionRequest.objects.filter(request_id=act.request_id, user=act.user).first()
     act.replayed = True
     act.message = "Already done" + (
         f": {previous.outcome}" if previous and previous.outcome else "."

@@ -2,7 +2,16 @@
 decorator (the route-matrix test, tests/console/test_routes.py, fails otherwise).
 
 Paths are bookmarked by operators: keep them. Job and run ids are producer-chosen and may
-contain "/", so they are ``path`` segments and fixed action suffixes come first.
+contain anything, "/" included, so an id is always the *last* part of a route (``<path:…>``, no
+suffix after it) and no two routes can match one URL (tests/console/test_route_ids.py):
+
+- ``jobs/<path:job_id>/`` (a job's page) is the only route under ``jobs/`` with an id; a job's
+  fragments and actions live outside ``jobs/`` (``job-lease/<id>``, ``job-retry/<id>``,
+  ``job-cancel/<id>``), and the
+  fixed bulk routes end without a slash, so no job id's page can be shadowed, whatever the id
+  starts or ends with;
+- elsewhere the verb comes first and the id last (``reconcile/annotate/<id>``,
+  ``approvals/approve/<id>``, ``runs/close/<id>``).
 """
 
 from django.contrib.auth import views as auth_views
@@ -36,14 +45,14 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("logout/", public(auth_views.LogoutView.as_view()), name="logout"),
     # Jobs.
     path("jobs/", jobs.job_list, name="job_list"),
-    path("jobs/bulk/preview/", jobs.bulk_preview, name="bulk_preview"),
-    path("jobs/bulk/retry/", jobs.bulk_retry, name="bulk_retry"),
-    path("jobs/bulk/reconcile/", jobs.bulk_reconcile, name="bulk_reconcile"),
-    path("jobs/bulk/cancel/", jobs.bulk_cancel, name="bulk_cancel"),
-    path("jobs/<path:job_id>/lease/", jobs.job_lease, name="job_lease"),
-    path("jobs/<path:job_id>/retry/", jobs.job_retry, name="job_retry"),
-    path("jobs/<path:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
+    path("jobs/bulk/preview", jobs.bulk_preview, name="bulk_preview"),
+    path("jobs/bulk/retry", jobs.bulk_retry, name="bulk_retry"),
+    path("jobs/bulk/reconcile", jobs.bulk_reconcile, name="bulk_reconcile"),
+    path("jobs/bulk/cancel", jobs.bulk_cancel, name="bulk_cancel"),
     path("jobs/<path:job_id>/", jobs.job_detail, name="job_detail"),
+    path("job-lease/<path:job_id>", jobs.job_lease, name="job_lease"),
+    path("job-retry/<path:job_id>", jobs.job_retry, name="job_retry"),
+    path("job-cancel/<path:job_id>", jobs.job_cancel, name="job_cancel"),
     # Audit log.
     path("audit/", audit.event_list, name="event_list"),
     path("audit/export.csv", audit.event_export, name="event_export"),
@@ -51,30 +60,28 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("reconcile/", reconcile.reconcile, name="reconcile"),
     path("reconcile/auto", reconcile.reconcile_auto, name="reconcile_auto"),
     path(
-        "reconcile/<path:job_id>/confirm-deleted",
+        "reconcile/confirm-deleted/<path:job_id>",
         reconcile.reconcile_confirm_deleted,
         name="reconcile_confirm_deleted",
     ),
     path(
-        "reconcile/<path:job_id>/not-applied",
+        "reconcile/not-applied/<path:job_id>",
         reconcile.reconcile_not_applied,
         name="reconcile_not_applied",
     ),
     path(
-        "reconcile/<path:job_id>/annotate", reconcile.reconcile_annotate, name="reconcile_annotate"
+        "reconcile/annotate/<path:job_id>", reconcile.reconcile_annotate, name="reconcile_annotate"
     ),
-    path("reconcile/<path:job_id>/decide", reconcile.reconcile_decide, name="reconcile_decide"),
+    path("reconcile/decide/<path:job_id>", reconcile.reconcile_decide, name="reconcile_decide"),
     # Approvals.
     path("approvals/", approvals.approvals, name="approvals"),
-    path(
-        "approvals/bulk/preview/", approvals.approvals_bulk_preview, name="approvals_bulk_preview"
-    ),
-    path("approvals/bulk/decide/", approvals.approvals_bulk, name="approvals_bulk"),
-    path("approvals/<path:job_id>/approve", approvals.approve_delete, name="approve_delete"),
-    path("approvals/<path:job_id>/deny", approvals.deny_delete, name="deny_delete"),
+    path("approvals/bulk/preview", approvals.approvals_bulk_preview, name="approvals_bulk_preview"),
+    path("approvals/bulk/decide", approvals.approvals_bulk, name="approvals_bulk"),
+    path("approvals/approve/<path:job_id>", approvals.approve_delete, name="approve_delete"),
+    path("approvals/deny/<path:job_id>", approvals.deny_delete, name="deny_delete"),
     # Runs.
     path("runs/", runs.runs, name="runs"),
-    path("runs/<path:run_id>/close", runs.close_run, name="close_run"),
+    path("runs/close/<path:run_id>", runs.close_run, name="close_run"),
     # Workers and scopes.
     path("workers/", workers.workers, name="workers"),
     path("workers/scopes/<str:scope>/pause", workers.pause_scope, name="pause_scope"),

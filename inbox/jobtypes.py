@@ -36,6 +36,8 @@ from inbox.errors import ConfigurationError, JobValidationError
 
 SUPPORTED_JOB_VERSIONS = frozenset({1})
 MAX_VAULT_PATH = 1024
+# The longest file or directory name the usual filesystems hold (NAME_MAX), in UTF-8 bytes.
+MAX_VAULT_COMPONENT_BYTES = 255
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 # Field type names used by schemas (settings use the names, not Python types).
@@ -390,6 +392,15 @@ def _from_settings(name: str, spec: Mapping[str, Any]) -> JobType:
                     f"INBOX_JOB_TYPES[{name!r}][{group!r}][{fname!r}]: type {tname!r} is not "
                     f"one of {', '.join(_TYPES)}"
                 )
+    max_attempts = spec.get("max_attempts")
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        # 0 would fail a job at its first lapsed lease (and "or" would quietly replace it).
+        raise ConfigurationError(
+            f"INBOX_JOB_TYPES[{name!r}]['max_attempts'] must be a whole number of at least 1, "
+            f"got {max_attempts!r}"
+        )
     return JobType(
         name=name,
         scope=str(spec["scope"]),
@@ -398,7 +409,7 @@ def _from_settings(name: str, spec: Mapping[str, Any]) -> JobType:
         required=dict(spec.get("required", {})),
         optional=dict(spec.get("optional", {})),
         needs_approval=bool(spec.get("needs_approval", False)),
-        max_attempts=spec.get("max_attempts"),
+        max_attempts=max_attempts,
     )
 
 
@@ -459,6 +470,14 @@ def check_vault_path(value: str) -> list[str]:
     parts = value.split("/")
     if ".." in parts:
         problems.append("vault_path: must not contain '..'")
+    for part in parts:
+        # surrogatepass: a lone surrogate is reported elsewhere; here only the length counts.
+        size = len(part.encode("utf-8", "surrogatepass"))
+        if size > MAX_VAULT_COMPONENT_BYTES:
+            problems.append(
+                f"vault_path: the component {part[:40]!r}… is {size} bytes (UTF-8); a file or "
+                f"directory name holds at most {MAX_VAULT_COMPONENT_BYTES}"
+            )
     if not problems and (posixpath.normpath(value) != value or "." in parts):
         problems.append(
             f"vault_path: must be normalised (got {value!r}, normal form "

@@ -291,8 +291,10 @@ def assess(jobs: Iterable[Job], *, now: dt.datetime | None = None) -> list[Asses
         elif job.state == JobState.OUTCOME_UNKNOWN:
             try:
                 evidence = probe_job(job, now=now)
+            except vault.EvidenceUnavailable as exc:
+                error = str(exc)
             except vault.VaultError as exc:
-                error = f"the vault refused the path: {exc}"
+                error = f"evidence unavailable: the vault refused the path: {exc}"
             except OSError as exc:
                 error = f"evidence unavailable: {exc.strerror or exc}"
         out.append(Assessment(job, evidence, error, decide(job, evidence)))

@@ -11,6 +11,15 @@ component at a time from the root's descriptor with ``O_NOFOLLOW``, so a symlink
 after the check is refused rather than followed: nothing outside the root is ever read, written
 or removed.
 
+Nothing here waits without a bound (DESIGN §1.4, §1.8). An object is looked at (``lstat``)
+before it is opened, and opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked again with
+``fstat``: a FIFO, a device, a socket or a directory at an object's path is refused
+(``NOT_A_FILE``, a definite failure) without ever blocking in ``open()`` — an ``open()`` of a
+FIFO with no writer would otherwise wait for one forever while the heartbeat kept the lease
+alive. The per-path lock is taken with a deadline (``LOCK_WAIT_SECONDS``). ``probe`` turns any
+``OSError`` into ``EvidenceUnavailable`` (a refusal for that one job, never a crash of the
+caller), and ``delete`` turns an ``OSError`` before its unlink into a definite failure.
+
 Every compare-and-delete attempt appends one fsynced line to the operation log
 (``<root>/.vault/ops.log``); an unlink is logged *before* it happens, so the log can over-count
 an interrupted unlink but never miss a real one. Tests use it as the ground truth for "no DELETE
@@ -26,6 +35,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -44,6 +54,10 @@ OPLOG_NAME = "ops.log"
 TEMP_PREFIX = ".tmp-"
 _LOCK_BUCKETS = 16
 _CHUNK = 1 << 16
+# The longest wait for the per-path lock (another process saving or deleting the same bucket).
+LOCK_WAIT_SECONDS = 30.0
+# Opening an object or a reserved file never blocks (a FIFO) and never follows a link.
+_OPEN_OBJECT = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 class VaultError(InboxError):
@@ -62,6 +76,44 @@ class VaultPathRefused(VaultError):
         super().__init__(
             "PATH_REFUSED", f"vault path {vault_path!r} refused: {why}", vault_path=vault_path
         )
+
+
+class EvidenceUnavailable(VaultError):
+    """The filesystem failed while probing (permission, name too long, I/O): no evidence now.
+
+    Only this one job's probe failed; callers report it and go on with the others.
+    """
+
+    def __init__(self, vault_path: str, exc: OSError) -> None:
+        why = exc.strerror or type(exc).__name__
+        super().__init__(
+            "EVIDENCE_UNAVAILABLE",
+            f"evidence unavailable for {vault_path!r}: {why}",
+            vault_path=vault_path,
+            errno=exc.errno,
+        )
+
+
+def _not_a_file(vault_path: str, mode: int) -> VaultError:
+    return VaultError(
+        "NOT_A_FILE",
+        f"{vault_path!r} is not a regular file (it is a {_kind(mode)}); refused",
+        vault_path=vault_path,
+    )
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISLNK, "symlink"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
 
 
 @dataclass(frozen=True)
@@ -137,6 +189,9 @@ def _open_root() -> int:
     return os.open(os.path.realpath(vault_root()), os.O_RDONLY | os.O_DIRECTORY)
 
 
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
 def _open_dir(parts: list[str], *, create: bool, vault_path: str) -> int:
     """Open the directory ``parts`` below the root without following any symlink.
 
@@ -146,7 +201,7 @@ def _open_dir(parts: list[str], *, create: bool, vault_path: str) -> int:
     try:
         for part in parts:
             try:
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                child = os.open(part, _OPEN_DIR, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
                     raise
@@ -155,7 +210,7 @@ def _open_dir(parts: list[str], *, create: bool, vault_path: str) -> int:
                     os.fsync(fd)  # the new directory entry must survive a crash too
                 except FileExistsError:
                     pass  # another writer made it first
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                child = os.open(part, _OPEN_DIR, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise VaultPathRefused(
@@ -171,18 +226,34 @@ def _open_dir(parts: list[str], *, create: bool, vault_path: str) -> int:
 
 
 def _hash_at(dir_fd: int, name: str, *, vault_path: str) -> str | None:
-    """sha256 of the regular file ``name`` in ``dir_fd``; None when absent."""
+    """sha256 of the regular file ``name`` in ``dir_fd``; None when absent.
+
+    Anything but a regular file is refused before it is opened (``lstat``), and checked again
+    after the non-blocking open (``fstat``) in case it was swapped in between.
+    """
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        raise VaultPathRefused(vault_path, "the object is a symlink")
+    if not stat.S_ISREG(mode):
+        raise _not_a_file(vault_path, mode)
+    try:
+        fd = os.open(name, _OPEN_OBJECT, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise VaultPathRefused(vault_path, "the object is a symlink") from exc
+        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):
+            # A socket or device swapped in after the lstat.
+            raise _not_a_file(vault_path, stat.S_IFSOCK) from exc
         raise
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise VaultError("NOT_A_FILE", f"{vault_path!r} is not a regular file")
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_a_file(vault_path, mode)
         digest = hashlib.sha256()
         while chunk := os.read(fd, _CHUNK):
             digest.update(chunk)
@@ -191,16 +262,45 @@ def _hash_at(dir_fd: int, name: str, *, vault_path: str) -> str | None:
         os.close(fd)
 
 
+def _open_reserved(path: Path, flags: int) -> int:
+    """Open one of the vault's own files (a lock, the log): no link, no FIFO, no wait."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        # ENXIO: a FIFO without a reader (write side) or a socket; ELOOP: a symlink.
+        if exc.errno not in (errno.ENXIO, errno.ELOOP, errno.ENODEV):
+            raise
+        raise VaultError("NOT_A_FILE", f"{path} must be a regular file") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise VaultError("NOT_A_FILE", f"{path} must be a regular file")
+    return fd
+
+
 @contextmanager
-def _locked(parts: list[str], name: str) -> Iterator[None]:
-    """Serialise compare-and-delete against a concurrent SAVE of the same path (any process)."""
+def _locked(parts: list[str], name: str, *, vault_path: str = "") -> Iterator[None]:
+    """Serialise compare-and-delete against a concurrent SAVE of the same path (any process).
+
+    The wait is bounded: a holder frozen for ``LOCK_WAIT_SECONDS`` makes this call fail with
+    ``VAULT_BUSY`` (nothing touched) instead of waiting for it forever.
+    """
     key = "/".join([*parts, name]).encode("utf-8")
     bucket = zlib.crc32(key) % _LOCK_BUCKETS
-    lock_fd = os.open(
-        _reserved_dir() / f"lock-{bucket:02d}", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644
-    )
+    lock_fd = _open_reserved(_reserved_dir() / f"lock-{bucket:02d}", os.O_RDWR)
     try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise VaultError(
+                        "VAULT_BUSY",
+                        f"{vault_path or '/'.join([*parts, name])!r}: another process held the "
+                        f"vault lock for {LOCK_WAIT_SECONDS:.0f} s; nothing was touched",
+                    ) from None
+                time.sleep(0.01)
         yield
     finally:
         os.close(lock_fd)  # closing releases the lock
@@ -220,11 +320,7 @@ def _log_op(**fields: Any) -> None:
         {"at": dt.datetime.now(dt.UTC).isoformat(), "pid": os.getpid(), **fields},
         sort_keys=True,
     )
-    fd = os.open(
-        _reserved_dir() / OPLOG_NAME,
-        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-        0o644,
-    )
+    fd = _open_reserved(_reserved_dir() / OPLOG_NAME, os.O_WRONLY | os.O_APPEND)
     try:
         os.write(fd, (line + "\n").encode("utf-8"))
         os.fsync(fd)
@@ -278,7 +374,7 @@ def save(vault_path: str, *, content: str, provenance_hash: str) -> SaveOutcome:
             raise
         os.close(fd)
         try:
-            with _locked(parts, name):
+            with _locked(parts, name, vault_path=vault_path):
                 os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             with suppress(FileNotFoundError):
@@ -293,9 +389,11 @@ def save(vault_path: str, *, content: str, provenance_hash: str) -> SaveOutcome:
 def delete(vault_path: str, *, expected_hash: str, tag: str = "") -> DeleteOutcome:
     """Remove the object only if its current sha256 equals ``expected_hash``.
 
-    A missing object raises ``VaultError("NOT_FOUND")`` and a different hash
-    ``VaultError("HASH_MISMATCH")``: both are definite — nothing was removed. ``tag`` (the job
-    and claim) goes into the operation log.
+    A missing object raises ``VaultError("NOT_FOUND")``, a different hash
+    ``VaultError("HASH_MISMATCH")``, anything but a regular file ``VaultError("NOT_A_FILE")`` and
+    a filesystem error before the unlink ``VaultError("IO_ERROR")``: all are definite — nothing
+    was removed. Only an error from the unlink itself or after it propagates as an ``OSError``
+    (the outcome is unknown). ``tag`` (the job and claim) goes into the operation log.
     """
     parts, name = resolve(vault_path)
     try:
@@ -303,29 +401,17 @@ def delete(vault_path: str, *, expected_hash: str, tag: str = "") -> DeleteOutco
     except FileNotFoundError:
         _log_op(op="delete", outcome="not_found", path=vault_path, tag=tag)
         raise VaultError("NOT_FOUND", f"{vault_path!r} is not in the vault") from None
+    except OSError as exc:
+        raise _io_error(vault_path, exc) from exc
     try:
-        with _locked(parts, name):
-            current = _hash_at(dir_fd, name, vault_path=vault_path)
-            if current is None:
-                _log_op(op="delete", outcome="not_found", path=vault_path, tag=tag)
-                raise VaultError("NOT_FOUND", f"{vault_path!r} is not in the vault")
-            if current != expected_hash:
-                _log_op(
-                    op="delete",
-                    outcome="hash_mismatch",
-                    path=vault_path,
-                    hash=current,
-                    expected=expected_hash,
-                    tag=tag,
-                )
-                raise VaultError(
-                    "HASH_MISMATCH",
-                    f"{vault_path!r} has sha256 {current}, not the expected {expected_hash}",
-                    current_hash=current,
-                    expected_hash=expected_hash,
-                )
-            # Logged before acting: the log may show an unlink a crash interrupted, never miss one.
-            _log_op(op="delete", outcome="unlink", path=vault_path, hash=current, tag=tag)
+        with _locked(parts, name, vault_path=vault_path):
+            try:
+                current = _checked_for_delete(dir_fd, name, vault_path, expected_hash, tag)
+                # Logged before acting: the log may show an unlink a crash interrupted, never
+                # miss one.
+                _log_op(op="delete", outcome="unlink", path=vault_path, hash=current, tag=tag)
+            except OSError as exc:
+                raise _io_error(vault_path, exc) from exc
             os.unlink(name, dir_fd=dir_fd)
         os.fsync(dir_fd)
         return DeleteOutcome("DELETED", vault_path, current)
@@ -333,15 +419,58 @@ def delete(vault_path: str, *, expected_hash: str, tag: str = "") -> DeleteOutco
         os.close(dir_fd)
 
 
+def _checked_for_delete(
+    dir_fd: int, name: str, vault_path: str, expected_hash: str, tag: str
+) -> str:
+    """The object's current hash if it may be removed; else a definite ``VaultError``."""
+    current = _hash_at(dir_fd, name, vault_path=vault_path)
+    if current is None:
+        _log_op(op="delete", outcome="not_found", path=vault_path, tag=tag)
+        raise VaultError("NOT_FOUND", f"{vault_path!r} is not in the vault")
+    if current != expected_hash:
+        _log_op(
+            op="delete",
+            outcome="hash_mismatch",
+            path=vault_path,
+            hash=current,
+            expected=expected_hash,
+            tag=tag,
+        )
+        raise VaultError(
+            "HASH_MISMATCH",
+            f"{vault_path!r} has sha256 {current}, not the expected {expected_hash}",
+            current_hash=current,
+            expected_hash=expected_hash,
+        )
+    return current
+
+
+def _io_error(vault_path: str, exc: OSError) -> VaultError:
+    return VaultError(
+        "IO_ERROR",
+        f"{vault_path!r}: {exc.strerror or exc} before anything was removed",
+        vault_path=vault_path,
+        errno=exc.errno,
+    )
+
+
 def probe(vault_path: str) -> Probe:
-    """Is the object there, and what is its sha256? Read-only: creates nothing."""
-    parts, name = resolve(vault_path)
+    """Is the object there, and what is its sha256? Read-only: creates nothing, never blocks.
+
+    A malformed path or anything but a regular file is a ``VaultError``; any filesystem error
+    is ``EvidenceUnavailable`` (a ``VaultError`` too), so the caller can report this one job
+    and go on with the others.
+    """
     try:
-        dir_fd = _open_dir(parts, create=False, vault_path=vault_path)
-    except FileNotFoundError:
-        return Probe(vault_path, False, None)
-    try:
-        current = _hash_at(dir_fd, name, vault_path=vault_path)
-    finally:
-        os.close(dir_fd)
+        parts, name = resolve(vault_path)
+        try:
+            dir_fd = _open_dir(parts, create=False, vault_path=vault_path)
+        except FileNotFoundError:
+            return Probe(vault_path, False, None)
+        try:
+            current = _hash_at(dir_fd, name, vault_path=vault_path)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise EvidenceUnavailable(vault_path, exc) from exc
     return Probe(vault_path, current is not None, current)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('audit', '0002_append_only_triggers'),
+        ('audit', '0003_refuse_replace_and_rollback'),
     ]
 
     operations = [

@@ -13,6 +13,7 @@ import re
 import uuid
 
 import pytest
+from django.urls import reverse
 from playwright.sync_api import expect
 
 from audit.models import AuditEvent, EventType
@@ -165,7 +166,7 @@ def test_approve_delete_as_approver_while_the_requester_is_refused(browser_pages
     assert own_row.get_by_role("button", name="Approve").count() == 0
     status, body = post_from_page(
         requester,
-        f"/approvals/{job.job_id}/approve",
+        reverse("console:approve_delete", args=[job.job_id]),
         {"request_id": uuid.uuid4().hex, "reason": "my own"},
     )
     assert status == 409
@@ -236,18 +237,18 @@ def test_viewer_gets_403_on_every_action_and_nothing_changes(browser_pages, live
     assert page.get_by_role("button", name="Confirm deleted").count() == 0
 
     actions = [
-        f"/reconcile/{gone.job_id}/confirm-deleted",
-        f"/reconcile/{gone.job_id}/not-applied",
-        f"/reconcile/{gone.job_id}/annotate",
-        "/reconcile/auto",
-        f"/approvals/{pending.job_id}/approve",
-        f"/approvals/{pending.job_id}/deny",
-        f"/runs/{run.run_id}/close",
-        "/workers/scopes/save/pause",
-        "/workers/scopes/save/resume",
-        f"/jobs/{failed.job_id}/retry/",
-        "/jobs/bulk/retry/",
-        "/jobs/bulk/reconcile/",
+        reverse("console:reconcile_confirm_deleted", args=[gone.job_id]),
+        reverse("console:reconcile_not_applied", args=[gone.job_id]),
+        reverse("console:reconcile_annotate", args=[gone.job_id]),
+        reverse("console:reconcile_auto"),
+        reverse("console:approve_delete", args=[pending.job_id]),
+        reverse("console:deny_delete", args=[pending.job_id]),
+        reverse("console:close_run", args=[run.run_id]),
+        reverse("console:pause_scope", args=["save"]),
+        reverse("console:resume_scope", args=["save"]),
+        reverse("console:job_retry", args=[failed.job_id]),
+        reverse("console:bulk_retry"),
+        reverse("console:bulk_reconcile"),
     ]
     for url in actions:
         status, body = post_from_page(
@@ -260,7 +261,7 @@ def test_viewer_gets_403_on_every_action_and_nothing_changes(browser_pages, live
     page.evaluate(
         """([url, target]) => htmx.ajax("POST", url, {target: target, swap: "outerHTML",
              values: {request_id: "0123456789abcdef", reason: "viewer tries"}})""",
-        [f"/reconcile/{gone.job_id}/confirm-deleted", f"#{case_id}"],
+        [reverse("console:reconcile_confirm_deleted", args=[gone.job_id]), f"#{case_id}"],
     )
     page.locator(".forbidden").get_by_text("inbox.reconcile_job").wait_for()
     screenshot(page, "reconcile-viewer-forbidden-1280")

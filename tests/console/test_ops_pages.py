@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from audit.models import AuditEvent, EventType
 from console.htmx import dom_id
@@ -126,7 +127,7 @@ def test_get_reconcile_as_viewer_shows_evidence_but_no_decision_buttons(as_user)
 def test_post_confirm_deleted_as_operator_reconciles_and_records_user_and_reason(as_user):
     job = unknown_delete(present=False)
     response = as_user("operator").post(
-        f"/reconcile/{job.job_id}/confirm-deleted",
+        reverse("console:reconcile_confirm_deleted", args=[job.job_id]),
         {"request_id": rid(), "reason": "probe shows it gone"},
         **htmx(dom_id("case", job.job_id)),
     )
@@ -143,7 +144,8 @@ def test_post_confirm_deleted_as_operator_reconciles_and_records_user_and_reason
 def test_post_confirm_deleted_with_object_present_is_refused_and_changes_nothing(as_user):
     job = unknown_delete(present=True)
     response = as_user("operator").post(
-        f"/reconcile/{job.job_id}/confirm-deleted", {"request_id": rid(), "reason": "sure?"}
+        reverse("console:reconcile_confirm_deleted", args=[job.job_id]),
+        {"request_id": rid(), "reason": "sure?"},
     )
     assert response.status_code == 409
     assert b"still in the vault" in response.content
@@ -155,8 +157,8 @@ def test_post_not_applied_with_fresh_delete_twice_same_request_makes_one_new_job
     job = unknown_delete(present=True)
     client = as_user("operator")
     data = {"request_id": rid(), "reason": "untouched", "fresh_delete": "1"}
-    first = client.post(f"/reconcile/{job.job_id}/not-applied", data)
-    second = client.post(f"/reconcile/{job.job_id}/not-applied", data)
+    first = client.post(reverse("console:reconcile_not_applied", args=[job.job_id]), data)
+    second = client.post(reverse("console:reconcile_not_applied", args=[job.job_id]), data)
     assert (first.status_code, second.status_code) == (200, 200)
     assert b"Already done" in second.content
     fresh = Job.objects.filter(supersedes=job.job_id)
@@ -168,8 +170,8 @@ def test_post_annotate_twice_with_same_request_id_annotates_once(as_user):
     job = unknown_delete(present=True, changed=True)
     client = as_user("operator")
     data = {"request_id": rid(), "reason": "someone edited it; ask the owner"}
-    client.post(f"/reconcile/{job.job_id}/annotate", data)
-    client.post(f"/reconcile/{job.job_id}/annotate", data)
+    client.post(reverse("console:reconcile_annotate", args=[job.job_id]), data)
+    client.post(reverse("console:reconcile_annotate", args=[job.job_id]), data)
     events = AuditEvent.objects.filter(job_id=job.job_id, event_type=EventType.DIAGNOSED)
     assert events.count() == 1
     assert events.get().actor == "operator"
@@ -180,7 +182,8 @@ def test_post_annotate_twice_with_same_request_id_annotates_once(as_user):
 def test_post_confirm_deleted_without_reason_is_400_and_changes_nothing(as_user):
     job = unknown_delete(present=False)
     response = as_user("operator").post(
-        f"/reconcile/{job.job_id}/confirm-deleted", {"request_id": rid(), "reason": "  "}
+        reverse("console:reconcile_confirm_deleted", args=[job.job_id]),
+        {"request_id": rid(), "reason": "  "},
     )
     assert response.status_code == 400
     assert b"Give a reason" in response.content
@@ -192,7 +195,7 @@ def test_post_confirm_deleted_without_reason_is_400_and_changes_nothing(as_user)
 def test_post_confirm_deleted_without_permission_is_403_in_region(as_user, user):
     job = unknown_delete(present=False)
     response = as_user(user).post(
-        f"/reconcile/{job.job_id}/confirm-deleted",
+        reverse("console:reconcile_confirm_deleted", args=[job.job_id]),
         {"request_id": rid(), "reason": "x"},
         **htmx(dom_id("case", job.job_id)),
     )
@@ -205,14 +208,20 @@ def test_post_confirm_deleted_without_permission_is_403_in_region(as_user, user)
 
 def test_get_on_action_url_is_405(as_user):
     job = unknown_delete()
-    assert as_user("operator").get(f"/reconcile/{job.job_id}/confirm-deleted").status_code == 405
+    assert (
+        as_user("operator")
+        .get(reverse("console:reconcile_confirm_deleted", args=[job.job_id]))
+        .status_code
+        == 405
+    )
 
 
 def test_post_action_without_csrf_token_is_403(as_user):
     job = unknown_delete(present=False)
     client = as_user("operator", enforce_csrf_checks=True)
     response = client.post(
-        f"/reconcile/{job.job_id}/confirm-deleted", {"request_id": rid(), "reason": "x"}
+        reverse("console:reconcile_confirm_deleted", args=[job.job_id]),
+        {"request_id": rid(), "reason": "x"},
     )
     assert response.status_code == 403
     job.refresh_from_db()
@@ -253,7 +262,8 @@ def test_get_reconcile_preview_names_what_auto_will_do(as_user):
 def test_post_approve_as_approver_makes_job_ready_and_records_reason(as_user):
     job = make_job("delete", JobState.CREATED, requested_by="operator")
     response = as_user("approver").post(
-        f"/approvals/{job.job_id}/approve", {"request_id": rid(), "reason": "duplicate copy"}
+        reverse("console:approve_delete", args=[job.job_id]),
+        {"request_id": rid(), "reason": "duplicate copy"},
     )
     assert response.status_code == 200
     assert "approvals-changed" in response["HX-Trigger"]
@@ -266,7 +276,8 @@ def test_post_approve_as_approver_makes_job_ready_and_records_reason(as_user):
 def test_post_deny_as_approver_rejects_the_job(as_user):
     job = make_job("delete", JobState.CREATED, requested_by="operator")
     as_user("approver").post(
-        f"/approvals/{job.job_id}/deny", {"request_id": rid(), "reason": "still needed"}
+        reverse("console:deny_delete", args=[job.job_id]),
+        {"request_id": rid(), "reason": "still needed"},
     )
     job.refresh_from_db()
     assert (job.state, job.result_code) == (JobState.REJECTED, "DENIED")
@@ -275,7 +286,8 @@ def test_post_deny_as_approver_rejects_the_job(as_user):
 def test_post_approve_as_requester_is_refused_and_job_stays_created(as_user):
     job = make_job("delete", JobState.CREATED, requested_by="approver")
     response = as_user("approver").post(
-        f"/approvals/{job.job_id}/approve", {"request_id": rid(), "reason": "mine"}
+        reverse("console:approve_delete", args=[job.job_id]),
+        {"request_id": rid(), "reason": "mine"},
     )
     assert response.status_code == 409
     assert b"four eyes" in response.content
@@ -297,7 +309,7 @@ def test_get_approvals_as_requester_shows_no_buttons_for_own_request(as_user):
 def test_post_approve_as_operator_is_403(as_user):
     job = make_job("delete", JobState.CREATED, requested_by="viewer")
     response = as_user("operator").post(
-        f"/approvals/{job.job_id}/approve", {"request_id": rid(), "reason": "x"}
+        reverse("console:approve_delete", args=[job.job_id]), {"request_id": rid(), "reason": "x"}
     )
     assert response.status_code == 403
     job.refresh_from_db()
@@ -312,7 +324,8 @@ def test_post_close_run_as_operator_abandons_it_with_reason(as_user):
 
     run = stuck_run()
     response = as_user("operator").post(
-        f"/runs/{run.run_id}/close", {"request_id": rid(), "reason": "owner host is gone"}
+        reverse("console:close_run", args=[run.run_id]),
+        {"request_id": rid(), "reason": "owner host is gone"},
     )
     assert response.status_code == 200
     run.refresh_from_db()
@@ -328,9 +341,13 @@ def test_post_close_run_as_operator_abandons_it_with_reason(as_user):
 def test_post_close_run_already_closed_is_409_and_writes_nothing(as_user):
     run = stuck_run()
     client = as_user("operator")
-    client.post(f"/runs/{run.run_id}/close", {"request_id": rid(), "reason": "first"})
+    client.post(
+        reverse("console:close_run", args=[run.run_id]), {"request_id": rid(), "reason": "first"}
+    )
     before = AuditEvent.objects.filter(run_id=run.run_id).count()
-    response = client.post(f"/runs/{run.run_id}/close", {"request_id": rid(), "reason": "again"})
+    response = client.post(
+        reverse("console:close_run", args=[run.run_id]), {"request_id": rid(), "reason": "again"}
+    )
     assert response.status_code == 409
     assert AuditEvent.objects.filter(run_id=run.run_id).count() == before
 
@@ -416,7 +433,8 @@ def test_post_case_action_asks_the_bulk_preview_to_reload(as_user):
     job = unknown_delete(present=False)
     client = as_user("operator")
     response = client.post(
-        f"/reconcile/{job.job_id}/confirm-deleted", {"request_id": rid(), "reason": "gone"}
+        reverse("console:reconcile_confirm_deleted", args=[job.job_id]),
+        {"request_id": rid(), "reason": "gone"},
     )
     assert "reconcile-changed" in response["HX-Trigger"]
     preview = client.get("/reconcile/", **htmx("reconcile-auto"))

@@ -4,6 +4,10 @@ Each test gets its own database of the same kind as the suite's (SQLite file by 
 PostgreSQL when ``DATABASE_URL`` points there), cloned from a template migrated once per session.
 Processes reach it through ``DATABASE_URL``; the test reads it back with the plain driver, so no
 test transaction can hide a missing commit.
+
+``CONSOLE_TEST_APP_ROLE=<role>`` (PostgreSQL only; the CI's run "as a role that does not own the
+tables"): the template gets the README's grants (docs/postgres-app-role.sql) for that role, and
+processes connect as it, while the test's own reads and set-up use the owner.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = str(ROOT / "manage.py")
+
+
+APP_ROLE = os.environ.get("CONSOLE_TEST_APP_ROLE", "").strip()
 
 
 def suite_database_url() -> str:
@@ -53,11 +60,13 @@ class ProcDB:
     vendor: str
     workdir: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    # What processes connect with when it differs from ``url`` (CONSOLE_TEST_APP_ROLE).
+    app_url: str = ""
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            DATABASE_URL=self.url,
+            DATABASE_URL=self.app_url or self.url,
             CONN_MAX_AGE="60",
             VAULT_ROOT=str(self.workdir / "vault"),
             CONSOLE_VAR_DIR=str(self.workdir / "var"),
@@ -172,12 +181,22 @@ class _Templates:
                     admin.execute(f'CREATE DATABASE "{name}"')
                 self.created_pg.append(name)
                 self._migrate(_with_dbname(suite, name))
+                if APP_ROLE:
+                    from tests.support import approle
+
+                    approle.ensure_role(_with_dbname(suite, "postgres"), APP_ROLE)
+                    approle.apply_grants(_with_dbname(suite, name), APP_ROLE)
                 self.pg_template = name
             name = f"console_proc_{uuid.uuid4().hex[:12]}"
             with _pg_admin(suite) as admin:
                 admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.pg_template}"')
             self.created_pg.append(name)
-            return ProcDB(_with_dbname(suite, name), "postgresql", workdir)
+            url = _with_dbname(suite, name)
+            if APP_ROLE:
+                from tests.support.approle import as_role
+
+                return ProcDB(url, "postgresql", workdir, app_url=as_role(url, APP_ROLE))
+            return ProcDB(url, "postgresql", workdir)
         if self.sqlite_template is None:
             path = self.tmp_root / "template.sqlite3"
             self._migrate(f"sqlite:///{path}")

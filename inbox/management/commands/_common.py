@@ -1,13 +1,114 @@
-"""Helpers shared by the management commands: the actor of a command-line action, user
-lookup, ``-v`` and logging set-up. Worker loops live in ``inbox.loop``."""
+"""Helpers shared by the management commands: the base class every command of the project
+derives from (``ConsoleCommand``: checked arguments), typed argument validators, the actor of
+a command-line action, user lookup, ``-v`` and logging set-up. Worker loops live in
+``inbox.loop``.
+
+Arguments are checked before any database sees them (issue 11): a NUL byte or bytes that are
+not UTF-8 in *any* argument, and text longer than the column it ends up in (``column(...)``,
+``text(...)``), are refused with a message that names the argument — never a traceback from
+PostgreSQL ("cannot contain NUL") or a silently truncated value.
+"""
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
+from django.db import OperationalError, models
+
+# The longest reason a command records (the console's limit too: console.policy.REASON_MAX).
+REASON_MAX = 2000
+
+
+def _clean(value: str) -> str:
+    """The argument itself, or ArgumentTypeError for text no database can store."""
+    if "\x00" in value:
+        raise argparse.ArgumentTypeError("contains a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # Command-line bytes that are not UTF-8 arrive as lone surrogates.
+        raise argparse.ArgumentTypeError("is not valid UTF-8 text") from None
+    return value
+
+
+def text(max_length: int, *, holds: str = "") -> Callable[[str], str]:
+    """argparse ``type=``: text of at most ``max_length`` characters (and no NUL)."""
+
+    def check(value: str) -> str:
+        value = _clean(value)
+        if len(value) > max_length:
+            where = f" {holds}" if holds else ""
+            raise argparse.ArgumentTypeError(
+                f"is {len(value)} characters long; at most {max_length} fit{where}"
+            )
+        return value
+
+    check.__name__ = f"text({max_length})"  # argparse names the type in its messages
+    return check
+
+
+def column(model: type[models.Model], field: str) -> Callable[[str], str]:
+    """argparse ``type=``: text that fits ``model.field`` (its ``max_length``)."""
+    max_length = model._meta.get_field(field).max_length
+    return text(max_length, holds=f"in {model._meta.db_table}.{field}")
+
+
+def reason() -> Callable[[str], str]:
+    """argparse ``type=`` for a recorded reason."""
+    return text(REASON_MAX, holds="in a recorded reason")
+
+
+def username() -> Callable[[str], str]:
+    """argparse ``type=`` for a user name (looked up, then recorded as the actor)."""
+    return column(get_user_model(), get_user_model().USERNAME_FIELD)
+
+
+def database_busy(exc: BaseException) -> bool:
+    """SQLite's "database is locked" or PostgreSQL's lock_timeout (lock_not_available)."""
+    if "database is locked" in str(exc) or "database table is locked" in str(exc):
+        return True
+    return getattr(exc.__cause__, "sqlstate", None) == "55P03"
+
+
+def _guarded(convert: Callable[[str], Any] | None) -> Callable[[str], Any]:
+    def check(value: str) -> Any:
+        value = _clean(value)
+        return convert(value) if convert is not None else value
+
+    # argparse reports "invalid <name> value" using the type's name; keep the original's.
+    check.__name__ = getattr(convert, "__name__", "text")
+    return check
+
+
+class ConsoleCommand(BaseCommand):
+    """Base of every management command of the project: each argument (Django's own too) is
+    refused if it holds a NUL byte or non-UTF-8 bytes, before ``handle`` runs; a database that
+    stays locked past its busy timeout is reported as such (exit 1), not as a traceback."""
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        try:
+            return super().execute(*args, **options)
+        except OperationalError as exc:
+            if not database_busy(exc):
+                raise
+            raise CommandError(
+                f"the database is busy: {exc}. Another process holds the lock this command "
+                "needs; nothing was changed. Try again when it is done (on SQLite, a process "
+                "frozen while holding the write lock blocks every writer until it ends)."
+            ) from exc
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        for action in parser._actions:
+            if action.nargs != 0:  # flags (store_true, help, version) take no value
+                action.type = _guarded(action.type)
+        return parser
 
 
 def cli_actor(name: str | None) -> str:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from inbox.approvals import approve_delete
 from inbox.errors import InboxError
-from inbox.management.commands._common import user_named
+from inbox.management.commands._common import ConsoleCommand, column, reason, user_named, username
+from inbox.models import Job
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Approve the CREATED DELETE job JOB_ID as --as USERNAME (who needs the "
         "inbox.approve_delete permission and must not be the requester), with a reason. The job "
@@ -20,9 +21,11 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("job_id")
-        parser.add_argument("--as", dest="username", required=True, help="the approving user")
-        parser.add_argument("--reason", required=True, help="why (recorded)")
+        parser.add_argument("job_id", type=column(Job, "job_id"))
+        parser.add_argument(
+            "--as", dest="username", required=True, type=username(), help="the approving user"
+        )
+        parser.add_argument("--reason", required=True, type=reason(), help="why (recorded)")
         parser.add_argument("--ttl", type=int, default=None, help="approval lifetime in seconds")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -6,16 +6,18 @@ import json
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from inbox.errors import JobValidationError
+from inbox.management.commands._common import ConsoleCommand, column
+from inbox.models import Job
 from inbox.transitions import create_jobs
 
 # Lines stored per transaction.
 BATCH = 500
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Read jobs as JSON Lines from FILE (or '-' for standard input) and store each valid one. "
         "Prints created / replayed / refused counts and every refusal with its line number and "
@@ -28,6 +30,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--requested-by",
             default="enqueue",
+            type=column(Job, "requested_by"),
             help="who asks for these jobs (recorded on REQUESTED events); default: enqueue",
         )
         parser.add_argument("--quiet", action="store_true", help="print only the summary")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand
 from django.db.models import Count, Min
 
 from core.clock import db_now
+from inbox.management.commands._common import ConsoleCommand
 from inbox.models import Job, JobState
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = "Print job counts by state and the age of the oldest READY job (--json for scripts)."
 
     def add_arguments(self, parser) -> None:

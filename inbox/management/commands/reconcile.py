@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from audit.models import AuditEvent
 from inbox import reconcile
 from inbox.loop import PeriodicWorker
+from inbox.management.commands._common import ConsoleCommand, column
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Probe the vault (read-only) for every OUTCOME_UNKNOWN job and print the evidence and "
         "the action. With --auto: an absent object → RECONCILED CONFIRMED_DELETED; present with "
@@ -28,7 +30,11 @@ class Command(BaseCommand):
             "--interval", type=float, default=30.0, help="seconds between loop turns (default 30)"
         )
         parser.add_argument(
-            "--as", dest="actor", default="auto-reconciler", help="actor (default auto-reconciler)"
+            "--as",
+            dest="actor",
+            default="auto-reconciler",
+            type=column(AuditEvent, "actor"),
+            help="actor (default auto-reconciler)",
         )
         parser.add_argument("--quiet", action="store_true", help="print only the summary")
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from audit.models import AuditEvent
 from inbox.loop import PeriodicWorker
-from inbox.management.commands._common import cli_actor
+from inbox.management.commands._common import ConsoleCommand, cli_actor, column
 from inbox.transitions import recover_stale_claims_report
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Recover jobs whose lease lapsed (DESIGN 1.3): idempotent ones (SAVE) go back to READY, "
         "or FAILED with MAX_ATTEMPTS once out of attempts; non-idempotent ones (DELETE) are "
@@ -26,7 +27,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--interval", type=float, default=10.0, help="seconds between loop turns (default 10)"
         )
-        parser.add_argument("--as", dest="actor", default=None, help="actor (default sweeper)")
+        parser.add_argument(
+            "--as",
+            dest="actor",
+            default=None,
+            type=column(AuditEvent, "actor"),
+            help="actor (default sweeper)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         dry_run = options["dry_run"]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from inbox.approvals import revoke_approval
 from inbox.errors import InboxError
-from inbox.management.commands._common import user_named
+from inbox.management.commands._common import ConsoleCommand, column, reason, user_named, username
+from inbox.models import Approval
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Revoke approval APPROVAL_ID as --as USERNAME (inbox.approve_delete permission), with a "
         "reason. Allowed while the job is READY or CLAIMED; the executor then rejects the job "
@@ -19,9 +20,11 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("approval_id")
-        parser.add_argument("--as", dest="username", required=True, help="the revoking user")
-        parser.add_argument("--reason", required=True, help="why (recorded)")
+        parser.add_argument("approval_id", type=column(Approval, "approval_id"))
+        parser.add_argument(
+            "--as", dest="username", required=True, type=username(), help="the revoking user"
+        )
+        parser.add_argument("--reason", required=True, type=reason(), help="why (recorded)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         user = user_named(options["username"])

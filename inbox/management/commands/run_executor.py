@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from inbox.errors import ConfigurationError
 from inbox.executor import Executor
-from inbox.management.commands._common import allow_bare_verbose, setup_logging
+from inbox.management.commands._common import (
+    ConsoleCommand,
+    allow_bare_verbose,
+    column,
+    setup_logging,
+)
+from inbox.models import Job, Worker
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Run an executor for one scope (save, delete, noop, a django.tasks queue of "
         "InboxTaskBackend such as default, or any registered scope): claim a "
@@ -32,9 +38,17 @@ class Command(BaseCommand):
         return parser
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--scope", required=True, help="the scope to claim (e.g. save)")
         parser.add_argument(
-            "--worker-id", default=None, help="heartbeat id (default: executor-SCOPE-HOST-PID-…)"
+            "--scope",
+            required=True,
+            type=column(Job, "scope"),
+            help="the scope to claim (e.g. save)",
+        )
+        parser.add_argument(
+            "--worker-id",
+            default=None,
+            type=column(Worker, "worker_id"),
+            help="heartbeat id (default: executor-SCOPE-HOST-PID-…)",
         )
         parser.add_argument(
             "--lease", type=int, default=60, help="lease length in seconds (default 60)"

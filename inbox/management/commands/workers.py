@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
+from inbox.management.commands._common import ConsoleCommand
 from inbox.workers import worker_rows
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "List workers from their heartbeat rows: id, kind, scope, host, pid, status, last seen, "
         "current job, jobs done/failed, and ALIVE or DEAD (dead = not seen for 3 x poll + "

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from inbox.management.commands._common import ConsoleCommand, column, reason, username
 from runs.errors import RunError
-from runs.models import RunStatus
+from runs.models import Run, RunStatus
 from runs.transitions import OPERATOR_CLOSE_STATUSES, close_run
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Close an active consolidation run, recorded as USERNAME's action with the reason "
         "(audit event RUN_ABANDONED by default). The user must exist, be active and hold the "
@@ -22,10 +23,16 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("run_id", help="the run to close")
-        parser.add_argument("--reason", required=True, help="why (recorded on the event)")
+        parser.add_argument("run_id", type=column(Run, "run_id"), help="the run to close")
         parser.add_argument(
-            "--as", dest="username", required=True, help="the operator this action is recorded as"
+            "--reason", required=True, type=reason(), help="why (recorded on the event)"
+        )
+        parser.add_argument(
+            "--as",
+            dest="username",
+            required=True,
+            type=username(),
+            help="the operator this action is recorded as",
         )
         parser.add_argument(
             "--status",

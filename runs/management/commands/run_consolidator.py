@@ -6,13 +6,15 @@ import argparse
 import logging
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from core import logs
 from inbox.checks import require_worker_checks
 from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError
+from inbox.management.commands._common import ConsoleCommand, column
 from runs.errors import ConsolidatorError, RunError
+from runs.models import Run
 from runs.transitions import DEFAULT_LEASE_SECONDS
 from runs.worker import ConsolidatorWorker
 
@@ -27,7 +29,7 @@ def _positive_int(text: str) -> int:
     return value
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Run the consolidator on one store: plan a run under a lease (taking over or closing any "
         "run already active there), serve its groups one by one, dispose each member (the "
@@ -43,7 +45,12 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--store", required=True, help="store name the run belongs to")
+        parser.add_argument(
+            "--store",
+            required=True,
+            type=column(Run, "store"),
+            help="store name the run belongs to",
+        )
         parser.add_argument(
             "--lease",
             type=_positive_int,
@@ -53,6 +60,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id",
             default="",
+            type=column(Run, "worker_id"),
             help="owner id recorded on the run (default consolidator-STORE-HOST-PID-…)",
         )
         parser.add_argument(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
+from inbox.management.commands._common import ConsoleCommand, column
+from runs.models import Run
 from runs.selectors import group_counts_by_run, list_runs
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "List consolidation runs, most recent first: store, owner, stored status, effective "
         "status (an 'active' row past its lease shows as expired — reading never writes it), "
@@ -18,7 +18,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--store", default=None, help="only runs of this store")
+        parser.add_argument(
+            "--store", default=None, type=column(Run, "store"), help="only runs of this store"
+        )
         parser.add_argument("--limit", type=int, default=50, help="how many runs (default 50)")
         parser.add_argument("--json", action="store_true", help="print one JSON array")
 
