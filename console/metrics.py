@@ -27,8 +27,8 @@ the newer ones per scrape, by primary-key range; the first scrape of a process c
 Access (``console.policy.metrics_route``): ``Authorization: Bearer <METRICS_TOKEN>`` when the
 setting is made; without it only loopback clients, and never a request a proxy forwarded.
 
-"Stuck" and "orphaned" follow DESIGN §3 / §1.4 here as small read-only functions; the same
-rules live in the runs and inbox selectors for the pages (one rule to merge).
+"Stuck" and "orphaned" are counted with the one rule the pages use too
+(``runs.selectors.stuck_reasons``, ``inbox.selectors.orphaned_jobs``).
 """
 
 from __future__ import annotations
@@ -55,9 +55,12 @@ from audit.models import AuditEvent, EventType
 from console.policy import metrics_route
 from core import paging
 from core.clock import db_now
+from inbox import selectors
 from inbox.jobtypes import scopes
 from inbox.models import Job, JobState, ScopePause, Worker, WorkerStatus
 from inbox.selectors import ALERT_CAP, state_counts
+from inbox.workers import is_alive
+from runs import selectors as run_selectors
 from runs.models import Run, RunStatus
 
 # Audit events younger than this are counted afresh on every scrape, never cached: on
@@ -126,15 +129,9 @@ class _Snapshot:
 
 
 def worker_liveness(now: dt.datetime) -> dict[str, tuple[str, bool]]:
-    """{worker_id: (kind, alive)} for workers not cleanly stopped; alive = seen within
-    3 × poll + lease (database time), the rule of ``inbox.workers.is_alive``."""
-    rows = Worker.objects.exclude(status=WorkerStatus.STOPPED).values_list(
-        "worker_id", "kind", "last_seen_at", "poll_seconds", "lease_seconds"
-    )[:WORKER_ROWS]
-    return {
-        worker_id: (kind, seen + dt.timedelta(seconds=3 * poll + lease) >= now)
-        for worker_id, kind, seen, poll, lease in rows
-    }
+    """{worker_id: (kind, alive)} for workers not cleanly stopped (``inbox.workers.is_alive``)."""
+    rows = Worker.objects.exclude(status=WorkerStatus.STOPPED)[:WORKER_ROWS]
+    return {w.worker_id: (w.kind, is_alive(w, now)) for w in rows}
 
 
 def alive_worker_ids(now: dt.datetime) -> set[str]:
@@ -145,27 +142,21 @@ def alive_worker_ids(now: dt.datetime) -> set[str]:
 def orphaned_jobs(
     now: dt.datetime, *, alive: set[str] | None = None, cap: int | None = None
 ) -> int:
-    """CLAIMED or EXECUTING jobs whose lease still runs but whose holder's heartbeat is dead
-    (no heartbeat row, stopped, or not seen within 3 × poll + lease): capped count."""
+    """How many jobs are orphaned (the one rule: ``inbox.selectors.orphaned_jobs``), capped."""
     alive = alive_worker_ids(now) if alive is None else alive
-    held = Job.objects.held().filter(lease_until__gte=now).exclude(worker_id__in=sorted(alive))
+    held = selectors.orphaned_jobs(Job.objects.all(), now, alive=alive).order_by()
     return paging.capped_count(held, cap)
 
 
 def stuck_runs(now: dt.datetime, *, alive: set[str] | None = None) -> dict[str, int]:
-    """Effectively active runs per store that are stuck: the owner's heartbeat is dead, or no
-    progress (``renewed_at``) for more than ``RUNS_STUCK_AFTER_SECONDS``; ``{store: 0 | 1}``
-    for every store with an effectively active run."""
-    alive = alive_worker_ids(now) if alive is None else alive
-    quiet_since = now - dt.timedelta(seconds=settings.RUNS_STUCK_AFTER_SECONDS)
+    """``{store: 0 | 1}`` for every store with an effectively active run: 1 when that run is
+    stuck (the one rule: ``runs.selectors.stuck_reasons``)."""
+    live = Run.objects.filter(status=RunStatus.ACTIVE, expires_at__gte=now)
+    runs = list(run_selectors.with_owner_heartbeat(live))
+    reasons = run_selectors.stuck_reasons(runs, now)
     stuck: dict[str, int] = {}
-    for run in Run.objects.filter(status=RunStatus.ACTIVE, expires_at__gte=now).only(
-        "store", "worker_id", "renewed_at"
-    ):
-        dead_owner = run.worker_id not in alive
-        stuck[run.store] = max(
-            stuck.get(run.store, 0), int(dead_owner or run.renewed_at < quiet_since)
-        )
+    for run in runs:
+        stuck[run.store] = max(stuck.get(run.store, 0), int(run.run_id in reasons))
     return stuck
 
 
