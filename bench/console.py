@@ -360,20 +360,62 @@ def measure(pages: list[Page], *, requests: int, warmup: int, profile: float = 0
 
 
 def build_pages(t: dict[str, list[str]]) -> list[Page]:
+    """Every console page: routes by name (``reverse``), deep pages by keyset cursor."""
+    from django.urls import reverse
+
+    from console import keyset
+    from console.jobs import ORDERINGS
+    from inbox.models import Job
+
+    def cursor_at(sort: str, job_id: str) -> str:
+        ordering = ORDERINGS[sort]
+        row = keyset.paginate(Job.objects.filter(job_id=job_id), ordering, {}, per_page=1).rows[0]
+        return keyset.encode(ordering, ordering.values(row))
+
+    jobs = reverse("console:job_list")
+    middle = t["ids"][len(t["ids"]) // 4 : len(t["ids"]) // 4 + 5]
+    deep = {
+        sort: [f"{jobs}?sort={sort}&after_row={cursor_at(sort, j)}" for j in middle]
+        for sort in ("-created_at", "-updated_at")
+    }
     return [
-        Page("dashboard", ["/"]),
-        Page("jobs list, page 1", ["/jobs/"]),
-        Page("jobs list, page 500", ["/jobs/?page=500"]),
-        Page("jobs filtered state=FAILED", ["/jobs/?state=FAILED"]),
-        Page("jobs search by object_id", [f"/jobs/?q={o}" for o in t["objects"]]),
-        Page("job detail", [f"/jobs/{j}/" for j in t["ids"]]),
-        Page("lease countdown fragment", [f"/jobs/{j}/lease/" for j in t["held"]], htmx=True),
-        Page("audit log", ["/audit/"]),
+        Page("dashboard", [reverse("console:home")]),
+        Page("jobs list, first page", [jobs]),
+        Page("jobs list, deep page (created)", deep["-created_at"]),
+        Page("jobs list, deep page (updated)", deep["-updated_at"]),
+        Page("jobs filtered state=FAILED", [f"{jobs}?state=FAILED"]),
+        Page("jobs search by object_id", [f"{jobs}?q={o}" for o in t["objects"]]),
+        Page("jobs search, job id prefix", [f"{jobs}?q={j[:9]}" for j in t["ids"]]),
+        Page("job detail", [reverse("console:job_detail", args=[j]) for j in t["ids"]]),
+        Page(
+            "lease countdown fragment",
+            [reverse("console:job_lease", args=[j]) for j in t["held"]],
+            htmx=True,
+        ),
+        Page("audit log, first page", [reverse("console:event_list")]),
+        Page("reconcile queue", [reverse("console:reconcile")]),
+        Page("approvals queue", [reverse("console:approvals")]),
+        Page("runs", [reverse("console:runs")]),
+        Page("workers", [reverse("console:workers")]),
         Page("our admin: job changelist", ["/admin/inbox/job/"]),
         Page("stock admin: job changelist", ["/admin/stockadmin/stockjob/"]),
         # Issue 13: a Prometheus scrape (the test client is a loopback caller).
-        Page("metrics (Prometheus scrape)", ["/metrics"]),
+        Page("metrics (Prometheus scrape)", [reverse("console:metrics")]),
     ]
+
+
+def disk_usage() -> str:
+    """What the loaded database takes on disk (tables with their indexes and TOAST)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_size_pretty(pg_database_size(current_database())), "
+            "pg_size_pretty(pg_total_relation_size('inbox_job')), "
+            "pg_size_pretty(pg_total_relation_size('audit_auditevent'))"
+        )
+        total, jobs, events = cursor.fetchone()
+    return f"disk: database {total} (inbox_job {jobs}, audit_auditevent {events}, indexes included)"
 
 
 def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> list[str]:
@@ -525,6 +567,7 @@ def main() -> None:
         )
     setup_django()
     notes.append("- " + check_fingerprints())
+    notes.append("- " + disk_usage())
     t = targets(args.requests)
     pages = build_pages(t)
     bl.say(f"console: {args.requests} requests per page")

@@ -306,15 +306,17 @@ def test_refusal_server_error_and_lost_connection_show_a_message_in_place(
     # A server error and a lost connection: the form says so; the page stays.
     other = make_job("save", JobState.READY)
     page.goto(f"{live_server.url}/jobs/{other.job_id}/")
-    page.route("**/cancel/", lambda route: route.fulfill(status=500, body="<h1>Server Error</h1>"))
+    page.route(
+        "**/job-cancel/**", lambda route: route.fulfill(status=500, body="<h1>Server Error</h1>")
+    )
     form = page.locator("#job-actions form")
     form.locator("input[name=reason]").fill("try it")
     form.get_by_role("button", name="Cancel job").click()
     expect(form.locator("[data-client-error]")).to_contain_text("The server failed (500)")
     expect(page.locator("main h1")).to_contain_text(other.job_id)
     screenshot(page, f"issue12-server-error-{_size(size)}")
-    page.unroute("**/cancel/")
-    page.route("**/cancel/", lambda route: route.abort())
+    page.unroute("**/job-cancel/**")
+    page.route("**/job-cancel/**", lambda route: route.abort())
     form.get_by_role("button", name="Cancel job").click()
     expect(form.locator("[data-client-error]")).to_contain_text("did not answer")
     assert Job.objects.get(job_id=other.job_id).state == JobState.READY

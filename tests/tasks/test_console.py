@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 
 from audit.models import AuditEvent, EventType
 from inbox import transitions
@@ -66,7 +67,7 @@ def test_reconcile_page_shows_task_case_without_probe_with_decision_buttons(clie
     assert "No vault probe" in body
     assert "It ran (applied)" in body
     assert "It did not run (not applied)" in body
-    assert f"/reconcile/{job.job_id}/confirm-deleted" not in body
+    assert reverse("console:reconcile_confirm_deleted", args=[job.job_id]) not in body
 
 
 def test_reconcile_page_as_viewer_shows_task_case_without_buttons(client):
@@ -83,7 +84,7 @@ def test_reconcile_page_as_viewer_shows_task_case_without_buttons(client):
 def test_post_decide_task_case_reconciles_with_operator_and_reason(client, operator, outcome, code):
     job = unknown_task()
     response = client.post(
-        f"/reconcile/{job.job_id}/decide",
+        reverse("console:reconcile_decide", args=[job.job_id]),
         action_form("checked the ledger", outcome=outcome),
         headers=hx("unknown-case"),
     )
@@ -100,7 +101,7 @@ def test_post_decide_without_a_valid_outcome_is_400_and_writes_nothing(client, o
     job = unknown_task()
     events = AuditEvent.objects.count()
     response = client.post(
-        f"/reconcile/{job.job_id}/decide",
+        reverse("console:reconcile_decide", args=[job.job_id]),
         action_form("x", outcome=outcome),
         headers=hx("unknown-case"),
     )
@@ -112,7 +113,9 @@ def test_post_decide_without_a_valid_outcome_is_400_and_writes_nothing(client, o
 def test_post_confirm_deleted_on_a_task_is_refused(client, operator):
     job = unknown_task()
     response = client.post(
-        f"/reconcile/{job.job_id}/confirm-deleted", action_form("x"), headers=hx("unknown-case")
+        reverse("console:reconcile_confirm_deleted", args=[job.job_id]),
+        action_form("x"),
+        headers=hx("unknown-case"),
     )
     assert response.status_code == 409
     assert "no vault probe" in response.content.decode()
@@ -122,7 +125,7 @@ def test_post_confirm_deleted_on_a_task_is_refused(client, operator):
 def test_post_decide_on_a_delete_is_refused(client, operator):
     job = make_job("delete", S.OUTCOME_UNKNOWN)
     response = client.post(
-        f"/reconcile/{job.job_id}/decide",
+        reverse("console:reconcile_decide", args=[job.job_id]),
         action_form("x", outcome="applied"),
         headers=hx("unknown-case"),
     )

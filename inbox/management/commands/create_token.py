@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from audit.models import AuditEvent
 from inbox.errors import InboxError
-from inbox.management.commands._common import cli_actor
+from inbox.management.commands._common import ConsoleCommand, cli_actor, column
+from inbox.models import ProducerToken
 from inbox.tokens import create_token
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Make the API token of a producer (one active token per producer) and print it on the "
         "last line, once: only its sha256 is stored, so it cannot be shown again. The producer "
@@ -21,9 +23,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument(
-            "--producer", required=True, help="the producer's name (letters, digits, . _ : @ -)"
+            "--producer",
+            required=True,
+            type=column(ProducerToken, "producer"),
+            help="the producer's name (letters, digits, . _ : @ -)",
         )
-        parser.add_argument("--as", dest="actor", help="who makes it (default: cli:<login>)")
+        parser.add_argument(
+            "--as",
+            dest="actor",
+            type=column(AuditEvent, "actor"),
+            help="who makes it (default: cli:<login>)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from core import logs
+from inbox.management.commands._common import ConsoleCommand
 from inbox.retention import forget_workers, parse_duration
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Delete the heartbeat rows of workers dead for longer than --dead-for (a cleanly "
         "stopped worker is dead from its last beat; any other from when it missed 3 x poll + "

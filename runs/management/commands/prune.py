@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from core import logs
+from inbox.management.commands._common import ConsoleCommand
 from inbox.retention import DEFAULT_BATCH, parse_duration, prune_jobs
 from runs.retention import prune_runs
 
 
-class Command(BaseCommand):
+class Command(ConsoleCommand):
     help = (
         "Delete terminal jobs (SUCCEEDED, REJECTED, RECONCILED) that finished before the cut, "
         "with their approval rows, and closed consolidation runs (closed before the cut) with "
