@@ -16,6 +16,10 @@ from django.db import connection
 
 from audit.models import AuditEvent, EventType
 
+# The longest operator reason an event records: the console forms and the commands both cut
+# or refuse at this length.
+REASON_MAX = 2000
+
 
 @dataclass(frozen=True, slots=True)
 class Event:

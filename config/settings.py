@@ -304,8 +304,6 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
 # Job counts in /metrics are exact up to this many per state; above it, estimated (PostgreSQL:
 # a repeatable ~10,000-row TABLESAMPLE scaled to the planner's row count) or capped (SQLite).
 METRICS_EXACT_COUNT_CAP = int(os.environ.get("METRICS_EXACT_COUNT_CAP", "1000"))
-# A run whose lease still runs but that made no progress for this long is "stuck" (DESIGN §3).
-RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300"))
 # POST /api/v1/jobs: most documents in one list, and the largest body accepted (413 beyond).
 API_MAX_JOBS_PER_REQUEST = int(os.environ.get("API_MAX_JOBS_PER_REQUEST", "1000"))
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", str(16 * 1024 * 1024)))

@@ -41,6 +41,7 @@ from django.shortcuts import render, resolve_url
 from django.urls import reverse
 from django_htmx.http import HttpResponseClientRedirect
 
+from audit.events import REASON_MAX
 from console.models import ActionRequest
 from core.errors import DomainError
 
@@ -50,7 +51,6 @@ View = TypeVar("View", bound=Callable[..., HttpResponse])
 
 # A request id is what the form rendered (uuid4 hex or dashed); anything else is refused.
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
-REASON_MAX = 2000
 
 
 @dataclass(frozen=True)

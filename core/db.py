@@ -64,7 +64,10 @@ def _set_local_timeouts(execute, sql, params, many, context):
     if not conn.get_autocommit() and raw is not None:
         if raw.info.transaction_status == TransactionStatus.IDLE:
             values = settings.DB_SESSION_TIMEOUTS_MS.items()
-            raw.execute("; ".join(f"SET LOCAL {k} = {int(v)}" for k, v in values))
+            # Wrappers run outside Django's error translation: without it a dropped session
+            # surfaces as a raw psycopg error that no worker's database-error backoff catches.
+            with conn.wrap_database_errors:
+                raw.execute("; ".join(f"SET LOCAL {k} = {int(v)}" for k, v in values))
     return execute(sql, params, many, context)
 
 

@@ -150,14 +150,7 @@ class WorkerLoop:
         # JSON logs (issue 13): every record of this process carries the worker id.
         logs.bind_process(worker_id=self.worker_id)
         description = self.setup()
-        workers.register_worker(
-            worker_id=self.worker_id,
-            kind=self.kind,
-            scope=self.scope,
-            store=self.store,
-            poll_seconds=self.poll,
-            lease_seconds=self.lease_seconds,
-        )
+        self._register()
         self.out(f"{self.kind} {self.worker_id}" + (f": {description}" if description else ""))
         previous = self._install_signals()
         try:
@@ -198,6 +191,35 @@ class WorkerLoop:
 
     def result(self) -> Any:
         return None
+
+    def _register(self, attempts: int = 5) -> None:
+        """Write the heartbeat row, riding out a dropped session as the loop does (a worker
+        started while the database restarts or a pooler recycles must not die on its first
+        query); a database that stays unreachable is still an error after ``attempts``."""
+        delay = max(self.poll, 0.5)
+        for attempt in range(1, attempts + 1):
+            try:
+                workers.register_worker(
+                    worker_id=self.worker_id,
+                    kind=self.kind,
+                    scope=self.scope,
+                    store=self.store,
+                    poll_seconds=self.poll,
+                    lease_seconds=self.lease_seconds,
+                )
+                return
+            except DB_ERRORS as exc:
+                if attempt == attempts:
+                    raise
+                log.error(
+                    "%s: database error while registering; retrying in %.1fs: %s",
+                    self.worker_id,
+                    delay,
+                    exc,
+                )
+                self.drop_connection()
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF)
 
     def on_db_error(self) -> None:
         """Called after a turn a database error cut short (the worker may have lost track)."""

@@ -37,6 +37,8 @@ max_client_conn = 400
 default_pool_size = 20
 server_reset_query =
 ignore_startup_parameters = extra_float_digits
+log_connections = 0
+log_disconnections = 0
 logfile = {log}
 pidfile = {pid}
 unix_socket_dir =
@@ -79,7 +81,11 @@ def pgbouncer() -> Iterator[int]:
     command = [binary, str(config)]
     if os.geteuid() == 0:
         command[1:1] = ["-u", "postgres"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its console output goes to a file, never to a pipe nobody reads: a full pipe (64 KiB of
+    # log lines) blocks PgBouncer in write() and every client then times out connecting.
+    console = (folder / "pgbouncer.out").open("w")
+    proc = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)
+    console.close()
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -89,7 +95,8 @@ def pgbouncer() -> Iterator[int]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 log = folder / "pgbouncer.log"
                 text = log.read_text() if log.exists() else ""
-                raise RuntimeError(f"pgbouncer did not start: {proc.stdout.read()} {text}") from exc
+                out = (folder / "pgbouncer.out").read_text()
+                raise RuntimeError(f"pgbouncer did not start: {out} {text}") from exc
             time.sleep(0.1)
     yield listen
     proc.kill()  # no graceful drain: frozen test clients may still hold connections

@@ -21,8 +21,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError, models
 
-# The longest reason a command records (the console's limit too: console.policy.REASON_MAX).
-REASON_MAX = 2000
+from audit.events import REASON_MAX
 
 
 def _clean(value: str) -> str:
