@@ -5,6 +5,12 @@ consolidator) in its own session, so a Ctrl-C in the terminal reaches only the s
 then sends SIGTERM to each child, waits, kills what is left and reports every exit status.
 Children's output is interleaved on the demo's stdout with a ``name |`` prefix.
 
+Why not a Procfile under honcho: the demo needs what a Procfile cannot say — the URL banner
+only once ``/healthz`` answers, a busy port refused before anything starts, the reconciler
+started one interval late (so a newcomer sees OUTCOME_UNKNOWN first), the trickle producer in
+this process, and the demo ending (every child stopped, its status reported) when the web
+process dies rather than when any child does. That is less code here than around honcho.
+
 ``Trickle`` keeps the demo moving: every few seconds it asks for a few SAVE jobs (some with
 content another object already has, so the consolidator finds duplicates) and now and then
 plays a crashed worker — it claims one fresh job under a short lease and walks away, so the

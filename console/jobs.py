@@ -12,6 +12,7 @@ Views parse input, call one selector or service, and render; they never assign j
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -54,6 +55,8 @@ BULK = "console/jobs-bulk.html"
 PER_PAGE = 50
 # The most rows one bulk action may touch.
 BULK_LIMIT_MAX = 500
+# The longest "retry in" an operator may set on a job page: a week.
+RETRY_DELAY_MAX_MINUTES = 7 * 24 * 60
 # Events drawn in red on the trail: refusals and rejected writes.
 REFUSAL_EVENTS = {"REJECTED", "STALE_WRITE_REJECTED", "FINGERPRINT_DRIFT", "FAILED"}
 # Payload keys hidden from users without inbox.view_payload: a SAVE's content, a task's
@@ -408,10 +411,31 @@ def _render_job_actions(request: HttpRequest, job_id: str, act: ActionContext) -
 
 @action(permission="inbox.retry_job", region="job-actions", needs_reason=True)
 def job_retry(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpResponse:
-    """FAILED → READY by an operator, with the reason in the audit event."""
+    """FAILED → READY by an operator, with the reason in the audit event; with "retry in N
+    minutes" the job is READY but not claimed before then (an operator's "retry at", kept in
+    ``run_after`` and measured on the database clock like every lease)."""
+    raw = (request.POST.get("delay_minutes") or "").strip()
+    delay = 0
+    if raw and act.should_act:
+        if not raw.isdigit() or not 0 <= int(raw) <= RETRY_DELAY_MAX_MINUTES:
+            act.refuse(
+                f"Retry in: give a whole number of minutes from 0 to {RETRY_DELAY_MAX_MINUTES}"
+                f" (got {raw[:20]!r}); nothing was changed.",
+                status=400,
+            )
+            return _render_job_actions(request, job_id, act)
+        delay = int(raw)
+    run_after = db_now() + dt.timedelta(minutes=delay) if delay else None
     act.perform(
-        lambda: transitions.retry_job(job_id, actor=act.actor, reason=act.reason),
-        done="Retried: the job is READY again.",
+        lambda: transitions.retry_job(
+            job_id, actor=act.actor, reason=act.reason, run_after=run_after
+        ),
+        done=(
+            f"Retried: the job is READY and will not be claimed before "
+            f"{run_after:%Y-%m-%d %H:%M:%S} UTC."
+            if run_after
+            else "Retried: the job is READY again."
+        ),
     )
     return _render_job_actions(request, job_id, act)
 

@@ -253,3 +253,32 @@ def test_retry_concurrent_double_submit_acts_once() -> None:
     assert len(bodies) == 2
     assert len(_retried(job.job_id)) == 1
     assert sum("Already done" in body for body in bodies) == 1
+
+
+def test_retry_in_minutes_defers_the_job_on_the_database_clock(client, operator) -> None:
+    from core.clock import db_now
+
+    job = make_job("save", state=JobState.FAILED)
+    url = reverse("console:job_retry", args=[job.job_id])
+    before = db_now()
+    form = {**action_form("after the maintenance window"), "delay_minutes": "15"}
+    response = client.post(url, form, headers=hx("job-actions"))
+    assert response.status_code == 200
+    row = Job.objects.get(job_id=job.job_id)
+    assert row.state == JobState.READY
+    assert 14 * 60 <= (row.run_after - before).total_seconds() <= 16 * 60
+    assert "will not be claimed before" in response.content.decode()
+    assert transitions.claim_next_jobs(scope="save", worker_id="w", lease_seconds=30, limit=5) == []
+
+
+@pytest.mark.parametrize("delay", ["-1", "1.5", "soon", "10081", "9" * 40])
+def test_retry_in_minutes_out_of_range_is_400_and_writes_nothing(client, operator, delay) -> None:
+    job = make_job("save", state=JobState.FAILED)
+    events = AuditEvent.objects.count()
+    url = reverse("console:job_retry", args=[job.job_id])
+    form = {**action_form("later"), "delay_minutes": delay}
+    response = client.post(url, form, headers=hx("job-actions"))
+    assert response.status_code == 400
+    assert "whole number of minutes" in response.content.decode()
+    assert Job.objects.get(job_id=job.job_id).state == JobState.FAILED
+    assert AuditEvent.objects.count() == events
