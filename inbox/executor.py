@@ -218,6 +218,8 @@ class Executor(WorkerLoop):
             raise ConfigurationError(f"--max-jobs must be at least 1, got {max_jobs}")
         if progress_seconds <= 0:
             raise ConfigurationError(f"--progress-every must be positive, got {progress_seconds}")
+        if sweep_every < 0:
+            raise ConfigurationError(f"--sweep-every must be 0 (off) or more, got {sweep_every}")
         super().__init__(
             worker_id=worker_id,
             scope=scope,
@@ -229,7 +231,7 @@ class Executor(WorkerLoop):
         self.batch = batch
         self.max_jobs = max_jobs
         self.exit_when_idle = exit_when_idle
-        self.sweep_every = max(int(sweep_every), 0)
+        self.sweep_every = int(sweep_every)
         self.db_retries = max(db_retries, 1)
         self.batch_steps = batch_steps
         self.stats = ExecutorStats()

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.db import (
     InterfaceError,
     InternalError,
@@ -152,6 +153,7 @@ class WorkerLoop:
         description = self.setup()
         self._register()
         self.out(f"{self.kind} {self.worker_id}" + (f": {description}" if description else ""))
+        self._warn_if_lease_within_idle_timeout()
         previous = self._install_signals()
         try:
             while not self.stopping:
@@ -191,6 +193,21 @@ class WorkerLoop:
 
     def result(self) -> Any:
         return None
+
+    def _warn_if_lease_within_idle_timeout(self) -> None:
+        """Say so when the server would end a frozen transaction only after the lease lapsed:
+        the sweep then finds the job's row locked (busy) until the server frees it."""
+        idle_ms = settings.DB_IDLE_IN_TRANSACTION_TIMEOUT_MS
+        lease = self.lease_seconds or 0
+        if connection.vendor == "postgresql" and idle_ms and 0 < lease * 1000 <= idle_ms:
+            log.warning(
+                "%s: lease %ss is not longer than the server's idle-in-transaction timeout "
+                "(%gs, DB_IDLE_IN_TRANSACTION_TIMEOUT_MS): a frozen worker's rows stay locked "
+                "past its lease until the server ends it",
+                self.worker_id,
+                lease,
+                idle_ms / 1000,
+            )
 
     def _register(self, attempts: int = 5) -> None:
         """Write the heartbeat row, riding out a dropped session as the loop does (a worker

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from core.errors import ConfigurationError
 from inbox.loop import WorkerLoop
 from runs import transitions
 from runs.consolidators import Consolidator, get_consolidator
@@ -64,6 +65,8 @@ class ConsolidatorWorker(WorkerLoop):
         consolidator: Consolidator | None = None,
         say: Callable[[str], None] | None = None,
     ) -> None:
+        if idle_seconds < 0:
+            raise ConfigurationError(f"--idle must be 0 or more seconds, got {idle_seconds}")
         super().__init__(
             worker_id=worker_id,
             store=store,

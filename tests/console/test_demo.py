@@ -345,3 +345,18 @@ def test_demo_on_busy_port_exits_nonzero_with_a_clear_message_before_starting(pr
     # Refused before anything started: no banner, no child, no migration output.
     assert "console:  http://" not in result.stdout
     assert "== migrate" not in result.stdout
+
+
+@pytest.mark.django_db
+def test_seed_demo_after_the_stuck_run_was_closed_seeds_a_new_one(seeded_env):
+    """Every demo start shows a stuck run: one an operator closed is followed by a new one."""
+    from runs.models import Run, RunStatus
+    from runs.transitions import close_run
+
+    _seed()
+    [first] = Run.objects.filter(store="archive", status=RunStatus.ACTIVE)
+    close_run(first.run_id, status=RunStatus.ABANDONED, actor="ops", reason="closed in the demo")
+    _seed()
+    [second] = Run.objects.filter(store="archive", status=RunStatus.ACTIVE)
+    assert second.run_id != first.run_id
+    assert Run.objects.get(run_id=first.run_id).status == RunStatus.ABANDONED

@@ -47,6 +47,7 @@ from tests.faults.support import (
 pytestmark = pytest.mark.slow
 
 BOUND = 15.0  # seconds anyone else may wait on a frozen worker
+OPERATOR_BOUND = 3.0  # seconds an operator waits for "a worker holds this job" (issue 11)
 LEASE = 3
 IDLE_MS = 12_000  # the server ends a frozen transaction after this long
 EXECUTOR = ("run_executor", "--exit-when-idle", "--lease", str(LEASE), "--batch", "4")
@@ -69,7 +70,7 @@ def _others_while_frozen(proc_db, job_id: str) -> None:
     )
     assert operator["status"] == 409, operator["body"]
     assert "holds it right now" in operator["body"]
-    assert operator["seconds"] < BOUND
+    assert operator["seconds"] < OPERATOR_BOUND  # lock_timeout (2 s) plus the request
     assert sweep.code == 0 and sweep.seconds < BOUND, sweep.out
     assert reconcile.code == 0 and reconcile.seconds < BOUND, reconcile.out
 

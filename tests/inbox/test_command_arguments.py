@@ -129,3 +129,18 @@ def test_worker_id_longer_than_its_column_is_refused_from_the_command_line(proc_
     assert proc.returncode == 2
     assert "argument --worker-id: is 201 characters long; at most 200 fit" in proc.stderr
     assert proc_db.scalar("SELECT COUNT(*) FROM inbox_worker") == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "words"),
+    [
+        ("run_executor", ["--scope", "save", "--sweep-every", "-3"], "--sweep-every must be 0"),
+        ("run_consolidator", ["--store", "vault", "--idle", "-1"], "--idle must be 0 or more"),
+        ("runs", ["--limit", "0"], "--limit must be at least 1"),
+    ],
+)
+@pytest.mark.django_db
+def test_out_of_range_worker_flags_are_refused_not_clamped(name, args, words) -> None:
+    """A flag out of its range is an error that names it, never silently moved into range."""
+    with pytest.raises(CommandError, match=words):
+        call_command(name, *args, stdout=io.StringIO())

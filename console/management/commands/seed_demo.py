@@ -25,6 +25,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.db.models.functions import Now
 
 from inbox import transitions, vault
 from inbox.approvals import approve_delete, deny_delete
@@ -33,7 +34,7 @@ from inbox.jobtypes import sha256_hex
 from inbox.models import Job, JobState, Worker
 from inbox.reconcile import confirm_deleted
 from inbox.workers import beat, mark_stopped, register_worker
-from runs.models import Run
+from runs.models import Run, RunStatus
 from runs.transitions import plan_run
 
 SEED_WORKER = "seed-worker"
@@ -346,10 +347,15 @@ def seed_workers() -> list[str]:
 
 
 def seed_stuck_run() -> str | None:
-    """A run on ``archive`` whose owner died with a long lease: an operator closes it."""
+    """A run on ``archive`` whose owner died with a long lease: an operator closes it. Every
+    demo start shows one: while the last one is still effectively active it is left alone;
+    once it was closed or its lease lapsed, a new one is planned (the old row keeps its
+    history: the plan closes it as expired, as any new plan would)."""
 
-    if Run.objects.filter(store=STUCK_STORE).exists():
-        return None  # seeded once already (maybe closed since): leave its history alone
+    if Run.objects.filter(
+        store=STUCK_STORE, status=RunStatus.ACTIVE, expires_at__gte=Now()
+    ).exists():
+        return None
 
     # Ten minutes: long enough to need an operator, short enough to watch the bar move.
     run = plan_run(store=STUCK_STORE, owner="seed-consolidator-gone", lease_seconds=600)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.management.base import CommandError
+
 from inbox.management.commands._common import ConsoleCommand, column
 from runs.models import Run
 from runs.selectors import group_counts_by_run, list_runs
@@ -25,7 +27,9 @@ class Command(ConsoleCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON array")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        views = list_runs(store=options["store"], limit=max(options["limit"], 1))
+        if options["limit"] < 1:
+            raise CommandError(f"--limit must be at least 1, got {options['limit']}")
+        views = list_runs(store=options["store"], limit=options["limit"])
         counts = group_counts_by_run([v.run.run_id for v in views])
         rows = [
             {
