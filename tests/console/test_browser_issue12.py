@@ -461,3 +461,54 @@ def test_times_show_zone_and_age_that_ticks(browser_pages, live_server, size):
     assert age.inner_text() != first
     _no_horizontal_scroll(page)
     screenshot(page, f"issue12-times-{_size(size)}")
+
+
+# --- 12.5 what a consolidation delete keeps, 12.10 styled error pages --------------------------
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_approvals_row_shows_the_copy_a_consolidation_delete_keeps(
+    browser_pages, live_server, settings, size
+):
+    from runs.consolidators import seed_duplicate_vault
+    from runs.worker import ConsolidatorWorker
+
+    seed_duplicate_vault(settings.VAULT_ROOT, originals=1, copies=1)
+    ConsolidatorWorker(store="vault", worker_id="c-keep", once=True, say=lambda _t: None).run()
+    delete = Job.objects.get(job_type="DELETE_OBJECT")
+    page = browser_pages("approver", viewport=size)
+    page.goto(live_server.url + "/approvals/")
+    row = page.locator(f"#{dom_id('approval', delete.job_id)}")
+    expect(row.locator(".keeps")).to_contain_text("keeps notes/dup-1.md")
+    expect(row.locator(".keeps")).to_contain_text("present, same hash")
+    expect(row.locator(".keeps")).to_be_visible()
+    _no_horizontal_scroll(page)
+    screenshot(page, f"issue12-approvals-keeps-{_size(size)}")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_unknown_job_and_forbidden_action_show_styled_error_pages(browser_pages, live_server, size):
+    page = browser_pages("viewer", viewport=size)
+    response = page.goto(live_server.url + "/jobs/no-such-job-42/")
+    assert response.status == 404
+    panel = page.locator(".error-panel")
+    expect(panel).to_contain_text("HTTP 404")
+    expect(panel).to_contain_text("Not found")
+    expect(panel.get_by_role("link", name="Search the jobs")).to_be_visible()
+    expect(page.locator("nav.nav")).to_be_visible()  # the console's own layout, not Django's
+    _nav_fits(page)
+    _no_horizontal_scroll(page)
+    screenshot(page, f"issue12-error-404-{_size(size)}")
+    # A signed-in account without the view permission: the styled 403, same layout.
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user("nobody", password="x-unused-9")
+    page = browser_pages("nobody", viewport=size)
+    response = page.goto(live_server.url + "/jobs/")
+    assert response.status == 403
+    # The console's layout with the refusal in place, naming the permission that is missing.
+    expect(page.locator(".forbidden")).to_contain_text("Not allowed.")
+    expect(page.locator(".forbidden code")).to_have_text("inbox.view_job")
+    expect(page.locator("nav.nav")).to_be_visible()
+    _no_horizontal_scroll(page)
+    screenshot(page, f"issue12-error-403-{_size(size)}")
