@@ -137,7 +137,7 @@ SQLITE_OPTIONS = {
 # transaction left idle (a frozen process, a paused VM) is ended by the server after
 # DB_IDLE_IN_TRANSACTION_TIMEOUT_MS, which frees its locks. 0 turns one off. `migrate` runs
 # without the statement timeout (index builds on big tables take longer).
-DB_LOCK_TIMEOUT_MS = int(os.environ.get("DB_LOCK_TIMEOUT_MS", "2000"))
+DB_LOCK_TIMEOUT_MS = int(os.environ.get("DB_LOCK_TIMEOUT_MS", "1500"))
 DB_STATEMENT_TIMEOUT_MS = int(os.environ.get("DB_STATEMENT_TIMEOUT_MS", "30000"))
 DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = int(
     os.environ.get("DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", "10000")

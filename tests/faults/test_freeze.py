@@ -70,7 +70,7 @@ def _others_while_frozen(proc_db, job_id: str) -> None:
     )
     assert operator["status"] == 409, operator["body"]
     assert "holds it right now" in operator["body"]
-    assert operator["seconds"] < OPERATOR_BOUND  # lock_timeout (2 s) plus the request
+    assert operator["seconds"] < OPERATOR_BOUND  # lock_timeout (1.5 s) plus the request
     assert sweep.code == 0 and sweep.seconds < BOUND, sweep.out
     assert reconcile.code == 0 and reconcile.seconds < BOUND, reconcile.out
 
