@@ -214,10 +214,11 @@ def test_stuck_run_is_flagged_on_runs_and_dashboard_next_to_close(browser_pages,
     assert run.status == "abandoned"
 
 
-def test_orphaned_job_is_flagged_on_the_list_and_its_page(browser_pages, live_server):
+@pytest.mark.parametrize("size", SIZES)
+def test_orphaned_job_is_flagged_on_the_list_and_its_page(browser_pages, live_server, size):
     _dead_executor("w-dead")
     job = make_job("save", JobState.CLAIMED, worker_id="w-dead", lease_seconds=600)
-    page = browser_pages("viewer")
+    page = browser_pages("viewer", viewport=size)
     page.goto(live_server.url + "/")
     tile = page.locator("#dashboard-alerts a.tile", has_text="Orphaned jobs")
     expect(tile.locator(".n")).to_have_text("1")
@@ -226,7 +227,9 @@ def test_orphaned_job_is_flagged_on_the_list_and_its_page(browser_pages, live_se
     row = page.locator(f"#{dom_id('job-row', job.job_id)}")
     expect(row.locator(".flag")).to_have_text("orphaned")
     assert "when the lease lapses" in row.locator(".flag").get_attribute("title")
-    screenshot(page, "issue12-jobs-orphaned-1280")
+    expect(row.locator(".flag")).to_be_visible()
+    _no_horizontal_scroll(page)
+    screenshot(page, f"issue12-jobs-orphaned-{_size(size)}")
     page.goto(f"{live_server.url}/jobs/{job.job_id}/")
     expect(page.locator("#job-summary")).to_contain_text("the sweep will offer it again (READY)")
 
@@ -418,15 +421,17 @@ def test_audit_columns_named_and_detail_expands_wrapped(browser_pages, live_serv
 # --- 12.8 search, 12.9 charts, 12.10 times --------------------------------------------------------
 
 
-def test_search_by_prefix_in_the_browser(browser_pages, live_server):
+@pytest.mark.parametrize("size", SIZES)
+def test_search_by_prefix_in_the_browser(browser_pages, live_server, size):
     hit = make_job("noop", mission_id="quarterly-close-2026")
     miss = make_job("noop", mission_id="weekly")
-    page = browser_pages("viewer")
+    page = browser_pages("viewer", viewport=size)
     page.goto(live_server.url + "/jobs/")
     page.locator("#id_q").press_sequentially("quarterly-cl")
     page.wait_for_url(re.compile(r"q=quarterly-cl"))
     expect(page.locator(f"#{dom_id('job-row', hit.job_id)}")).to_be_visible()
     expect(page.locator(f"#{dom_id('job-row', miss.job_id)}")).to_have_count(0)
+    screenshot(page, f"issue12-search-prefix-{_size(size)}")
 
 
 @pytest.mark.parametrize("size", SIZES)
