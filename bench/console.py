@@ -466,7 +466,7 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
         ),
         "",
     ]
-    jobs_p1 = by_name["jobs list, page 1"]
+    jobs_p1 = by_name["jobs list, first page"]
     ours_admin = by_name["our admin: job changelist"]
     out.append(
         f"Same list, stock admin changelist vs ours: jobs list page 1 is "

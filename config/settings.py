@@ -302,7 +302,7 @@ LOGGING = {
 # it answers loopback clients only (and refuses what a proxy forwarded: X-Forwarded-For).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
 # Job counts in /metrics are exact up to this many per state; above it, estimated (PostgreSQL:
-# a repeatable ~10,000-row TABLESAMPLE scaled to the planner's row count) or capped (SQLite).
+# a repeatable ~5,000-row TABLESAMPLE scaled to the planner's row count) or capped (SQLite).
 METRICS_EXACT_COUNT_CAP = int(os.environ.get("METRICS_EXACT_COUNT_CAP", "1000"))
 # POST /api/v1/jobs: most documents in one list, and the largest body accepted (413 beyond).
 API_MAX_JOBS_PER_REQUEST = int(os.environ.get("API_MAX_JOBS_PER_REQUEST", "1000"))

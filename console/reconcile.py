@@ -22,6 +22,7 @@ from audit.models import AuditEvent
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
 from core.clock import db_now
+from core.paging import COUNT_CAP, capped_count, count_label
 from inbox import reconcile as svc
 from inbox.models import Job, JobState, Worker
 from inbox.workers import is_alive
@@ -175,13 +176,22 @@ class ReconcileQueue:
     def hidden(self) -> int:
         return max(self.total - len(self.cases), 0)
 
+    @property
+    def total_label(self) -> str:
+        return count_label(self.total)
+
+    @property
+    def hidden_label(self) -> str:
+        # Past the cap the total is a lower bound, and so is what waits behind the page.
+        return f"{self.hidden:,}+" if self.total > COUNT_CAP else f"{self.hidden:,}"
+
 
 def reconcile_queue(*, limit: int = QUEUE_LIMIT) -> ReconcileQueue:
     """The oldest OUTCOME_UNKNOWN jobs with their evidence, and the auto-reconcile preview."""
     now = db_now()
     qs = Job.objects.unknown().order_by("updated_at", "job_id")
     jobs = list(qs[:limit])
-    total = len(jobs) if len(jobs) < limit else qs.count()
+    total = len(jobs) if len(jobs) < limit else capped_count(qs)
     cases = _cases(jobs, now)
     return ReconcileQueue(cases=cases, total=total, plan=auto_plan(cases), now=now)
 

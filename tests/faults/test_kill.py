@@ -140,10 +140,12 @@ def test_two_hundred_terminated_sessions_during_a_drain_lose_nothing_and_run_not
                 while not done.is_set() and len(killed) < terminations:
                     if time.monotonic() > deadline:
                         break
-                    finished = conn.execute(
-                        "SELECT count(*) FROM inbox_job WHERE state = 'SUCCEEDED'"
-                    ).fetchone()[0]
-                    if finished == 0 or len(killed) > finished // 20:
+                    finished, registered = conn.execute(
+                        "SELECT (SELECT count(*) FROM inbox_job WHERE state = 'SUCCEEDED'),"
+                        " (SELECT count(*) FROM inbox_worker WHERE worker_id LIKE 'term-%%')"
+                    ).fetchone()
+                    # The drain has begun once both workers are registered and a job is done.
+                    if registered < 2 or finished == 0 or len(killed) > finished // 20:
                         time.sleep(0.02)
                         continue
                     rows = conn.execute(
