@@ -22,7 +22,7 @@ from audit.models import AuditEvent
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
 from core.clock import db_now
-from core.paging import COUNT_CAP, capped_count, count_label
+from core.paging import COUNT_CAP, capped_count
 from inbox import reconcile as svc
 from inbox.models import Job, JobState, Worker
 from inbox.workers import is_alive
@@ -175,10 +175,6 @@ class ReconcileQueue:
     @property
     def hidden(self) -> int:
         return max(self.total - len(self.cases), 0)
-
-    @property
-    def total_label(self) -> str:
-        return count_label(self.total)
 
     @property
     def hidden_label(self) -> str:
