@@ -134,8 +134,17 @@ def test_worker_id_longer_than_its_column_is_refused_from_the_command_line(proc_
 @pytest.mark.parametrize(
     ("name", "args", "words"),
     [
-        ("run_executor", ["--scope", "save", "--sweep-every", "-3"], "--sweep-every must be 0"),
-        ("run_consolidator", ["--store", "vault", "--idle", "-1"], "--idle must be 0 or more"),
+        # --exit-when-idle / --once: without the guard the worker ends instead of hanging.
+        (
+            "run_executor",
+            ["--scope", "save", "--sweep-every", "-3", "--exit-when-idle"],
+            "--sweep-every must be 0",
+        ),
+        (
+            "run_consolidator",
+            ["--store", "vault", "--idle", "-1", "--once"],
+            "--idle must be 0 or more",
+        ),
         ("runs", ["--limit", "0"], "--limit must be at least 1"),
     ],
 )
