@@ -143,6 +143,36 @@ def pg_commits(name: str) -> int:
         return int(row[0]) if row else 0
 
 
+def pg_cpu_seconds() -> float:
+    """CPU seconds (user + system) PostgreSQL's processes have used so far: every live server
+    process plus what the postmaster has collected from its exited children (the backends of
+    workers that already disconnected). The difference over a round is the server's CPU for it,
+    background processes (WAL writer, checkpointer, autovacuum) included. NaN where /proc
+    cannot tell (not Linux, or PostgreSQL on another host)."""
+    procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, own ticks, reaped children)
+    proc = Path("/proc")
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if not raw[raw.index("(") + 1 : raw.rindex(")")].startswith("postgres"):
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        ppid, utime, stime, cutime, cstime = (int(fields[i]) for i in (1, 11, 12, 13, 14))
+        procs[int(entry.name)] = (ppid, utime + stime, cutime + cstime)
+    if not procs:
+        return float("nan")
+    ticks = 0
+    for ppid, own, reaped in procs.values():
+        ticks += own
+        if ppid not in procs:  # the postmaster: it reaps every backend that exited
+            ticks += reaped
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def drop_pg_db(name: str) -> None:
     with _pg_admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -61,10 +61,15 @@ class Round:
     events: dict[str, int] = field(default_factory=dict)
     commits_per_job: float = float("nan")
     cpu_s: float = float("nan")  # the workers' own CPU (user + system), start-up excluded
+    server_cpu_s: float = float("nan")  # PostgreSQL's processes over the round (PG only)
 
     @property
     def cpu_ms_per_job(self) -> float:
         return self.cpu_s / self.done * 1000 if self.done else float("nan")
+
+    @property
+    def server_cpu_ms_per_job(self) -> float:
+        return self.server_cpu_s / self.done * 1000 if self.done else float("nan")
 
     @property
     def span_rate(self) -> float:
@@ -253,13 +258,16 @@ PGBENCH_BATCH = 10
 
 
 def counting_commits(url: str, r: Round, drain: Any) -> None:
-    """Run ``drain()`` and record the database's commits per job (PostgreSQL only)."""
+    """Run ``drain()`` and record the database's commits per job and the server's CPU per job
+    (PostgreSQL only)."""
     name = url.rsplit("/", 1)[-1] if url.startswith("postgres") else ""
     before = bl.pg_commits(name) if name else 0
+    cpu_before = bl.pg_cpu_seconds() if name else float("nan")
     drain()
     if name and r.done:
         time.sleep(0.6)  # backends flush their statistics at exit / at most once a second
         r.commits_per_job = (bl.pg_commits(name) - before) / r.done
+        r.server_cpu_s = bl.pg_cpu_seconds() - cpu_before
 
 
 def timeout(r: Round) -> float:
@@ -423,7 +431,8 @@ def show(r: Round) -> None:
     bl.say(
         f"  {r.backend:6} {r.system:16} K={r.workers} rep {r.repeat}: "
         f"{r.done:,}/{r.jobs:,} in span {r.span_s:.2f} s = {r.span_rate:,.0f}/s "
-        f"(wall {r.wall_s:.2f} s = {r.wall_rate:,.0f}/s) {r.note}"
+        f"(wall {r.wall_s:.2f} s = {r.wall_rate:,.0f}/s; CPU/job worker "
+        f"{r.cpu_ms_per_job:.2f} ms, server {r.server_cpu_ms_per_job:.2f} ms) {r.note}"
     )
 
 
@@ -592,6 +601,7 @@ def report(
                 " / ".join(f"{r.span_rate:,.0f}" for r in rs),
                 fmt_commits(bl.median(r.commits_per_job for r in rs)),
                 fmt_commits(bl.median(r.cpu_ms_per_job for r in rs)),
+                fmt_commits(bl.median(r.server_cpu_ms_per_job for r in rs)),
                 "; ".join(sorted({r.note for r in rs if r.note})) or "",
             )
         )
@@ -606,6 +616,7 @@ def report(
                 "each repeat (span)",
                 "commits/job",
                 "worker CPU ms/job",
+                "server CPU ms/job",
                 "notes",
             ],
             rows,
