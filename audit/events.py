@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
 
 from audit.models import AuditEvent, EventType
+from core.db import prepared_cursor
 
 # The longest operator reason an event records: the console forms and the commands both cut
 # or refuse at this length.
@@ -107,6 +108,73 @@ def record_events(events: Iterable[Event]) -> int:
     else:
         picks = ", ".join(f"json_extract(value, '$.{c}')" for c in columns.split(", "))
         source = f"SELECT {picks} FROM json_each(%s) ORDER BY key"
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) {source}", [json.dumps(rows)])
     return len(items)
+
+
+def joined_insert_sql(events: Sequence[Event], *, rows: str, time_column: str) -> tuple[str, str]:
+    """PostgreSQL: ``events`` as an ``INSERT … SELECT`` for a data-modifying CTE of the very
+    statement that makes the change they describe — the event and its change are then one
+    statement, one round trip. Each event is written only if its job is among the rows the CTE
+    named ``rows`` returns (a guarded UPDATE's RETURNING: a row the guards refused gets no
+    event), stamped with that row's ``time_column`` (the change's database time), in the given
+    order. Returns (the INSERT's SQL, its one parameter: the events as a JSON array).
+    """
+    if any(not item.actor or not item.job_id for item in events):
+        raise ValueError("an audit event needs an actor, and a joined one its job")
+    table = AuditEvent._meta.db_table
+    payload = json.dumps(
+        [
+            {
+                "n": n,
+                "job_id": item.job_id,
+                "event_type": str(item.event_type),
+                "actor": item.actor,
+                "result_code": item.result_code or "",
+                "detail": item.detail or {},
+            }
+            for n, item in enumerate(events)
+        ]
+    )
+    sql = (
+        f'INSERT INTO "{table}" (job_id, run_id, event_type, actor, result_code, detail, '
+        f"created_at) SELECT e.job_id, NULL, e.event_type, e.actor, e.result_code, e.detail, "
+        f"r.{time_column} FROM jsonb_to_recordset(%s::jsonb) AS e(n integer, job_id text, "
+        "event_type text, actor text, result_code text, detail jsonb) "
+        f"JOIN {rows} AS r ON r.job_id = e.job_id ORDER BY e.n"
+    )
+    return sql, payload
+
+
+@dataclass(frozen=True, slots=True)
+class RowEvent:
+    """An event a data-modifying statement writes for each row it changed: its type, and its
+    detail and result code as SQL expressions over that row (alias ``r``). For the few
+    transitions whose events are a function of the row itself, so they ride in the statement
+    that makes the change."""
+
+    event_type: str
+    detail_sql: str
+    result_code_sql: str = "''"
+
+
+def row_events_insert_sql(
+    events: Sequence[RowEvent], *, rows: str, time_column: str, order_by: str
+) -> str:
+    """PostgreSQL: an ``INSERT … SELECT`` writing ``events`` for every row the CTE named
+    ``rows`` returns (stamped with its ``time_column``, ordered by ``order_by`` and then the
+    events' order), for a data-modifying CTE of the statement that makes the change. Its one
+    parameter is the actor."""
+    if not events:
+        raise ValueError("no events to write")
+    table = AuditEvent._meta.db_table
+    kinds = ", ".join(f"({k}, '{e.event_type}')" for k, e in enumerate(events, start=1))
+    detail = " ".join(f"WHEN {k} THEN {e.detail_sql}" for k, e in enumerate(events, start=1))
+    code = " ".join(f"WHEN {k} THEN {e.result_code_sql}" for k, e in enumerate(events, start=1))
+    return (
+        f'INSERT INTO "{table}" (job_id, run_id, event_type, actor, result_code, detail, '
+        f"created_at) SELECT r.job_id, NULL, e.event_type, %s::text, CASE e.k {code} END, "
+        f"CASE e.k {detail} END, r.{time_column} FROM {rows} AS r "
+        f"CROSS JOIN (VALUES {kinds}) AS e(k, event_type) ORDER BY {order_by}, e.k"
+    )

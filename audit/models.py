@@ -5,6 +5,7 @@ model, the queryset, the admin and, last and strongest, by database triggers (mi
 """
 
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 
 
@@ -97,8 +98,17 @@ class AuditEvent(models.Model):
     class Meta:
         ordering = ["-event_id"]
         indexes = [
-            models.Index(fields=["job_id", "event_id"], name="audit_job_idx"),
-            models.Index(fields=["run_id", "event_id"], name="audit_run_idx"),
+            # Only the events of a job, or of a run, are in each (audit 0005).
+            models.Index(
+                fields=["job_id", "event_id"],
+                condition=Q(job_id__isnull=False),
+                name="audit_job_idx",
+            ),
+            models.Index(
+                fields=["run_id", "event_id"],
+                condition=Q(run_id__isnull=False),
+                name="audit_run_idx",
+            ),
             models.Index(fields=["event_type", "event_id"], name="audit_type_idx"),
             models.Index(fields=["actor", "event_id"], name="audit_actor_idx"),
             models.Index(fields=["created_at"], name="audit_created_idx"),

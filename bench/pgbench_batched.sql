@@ -1,34 +1,46 @@
 -- The batched lifecycle ceiling (bench/throughput.py): our executor's shape in pure SQL on our own
 -- tables (inbox_job, audit_auditevent with its append-only triggers). One pgbench "transaction"
--- is a batch of 10 jobs:
---   1. claim: pick 10 READY ids with SKIP LOCKED, one guarded UPDATE ... RETURNING, and their
---      CLAIMED audit rows in one INSERT, one transaction;
---   2. complete: one guarded UPDATE of the 10 on their claims, their SUCCEEDED audit rows in one
---      INSERT, a second transaction.
+-- is a batch of 10 jobs, written as our executor writes them:
+--   1. claim: pick 10 READY ids with SKIP LOCKED, one guarded UPDATE ... RETURNING that claims
+--      and begins them (READY -> EXECUTING, as inbox.transitions.claim_and_begin_jobs), and
+--      their CLAIMED, STARTED and AUTHORIZED audit rows in one INSERT, one transaction;
+--   2. complete: one guarded UPDATE of the 10 on their claims (EXECUTING -> SUCCEEDED) and their
+--      EXECUTED and SUCCEEDED audit rows, a second transaction.
+-- The same rows, columns and event details as ours: only Python is missing.
 -- Run with -M prepared and N / 10 transactions in all (N READY jobs loaded).
 BEGIN;
-WITH picked AS (
+WITH picked AS MATERIALIZED (
     SELECT job_id FROM inbox_job
     WHERE state = 'READY' AND scope = 'noop'
+      AND (run_after IS NULL OR run_after <= statement_timestamp())
     ORDER BY created_at, job_id
     LIMIT 10
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE inbox_job AS j
-    SET state = 'CLAIMED', worker_id = 'pgbench',
+    SET state = 'EXECUTING', worker_id = 'pgbench',
         claim_id = replace(gen_random_uuid()::text, '-', ''),
         claimed_at = statement_timestamp(),
         lease_until = statement_timestamp() + interval '60 seconds',
         attempt_count = j.attempt_count + 1, updated_at = statement_timestamp()
     FROM picked
     WHERE j.job_id = picked.job_id AND j.state = 'READY'
-    RETURNING j.job_id, j.claim_id
+    RETURNING j.job_id, j.claim_id, j.attempt_count, j.lease_until, j.fingerprint, j.updated_at
 ), audited AS (
     INSERT INTO audit_auditevent (job_id, run_id, event_type, actor, result_code, detail, created_at)
-    SELECT job_id, NULL, 'CLAIMED', 'pgbench', '',
-           jsonb_build_object('from', 'READY', 'to', 'CLAIMED', 'claim_id', claim_id),
-           statement_timestamp()
-    FROM claimed
+    SELECT c.job_id, NULL, e.event_type, 'pgbench', '',
+           CASE e.k
+               WHEN 1 THEN jsonb_build_object('from', 'READY', 'to', 'CLAIMED',
+                   'claim_id', c.claim_id, 'attempt', c.attempt_count,
+                   'lease_until', to_jsonb(c.lease_until))
+               WHEN 2 THEN jsonb_build_object('from', 'CLAIMED', 'to', 'EXECUTING')
+               ELSE jsonb_build_object('from', 'CLAIMED', 'to', 'EXECUTING',
+                   'schema', 'ok', 'fingerprint', c.fingerprint)
+           END,
+           c.updated_at
+    FROM claimed AS c
+    CROSS JOIN (VALUES (1, 'CLAIMED'), (2, 'STARTED'), (3, 'AUTHORIZED')) AS e(k, event_type)
+    ORDER BY c.job_id, e.k
 )
 SELECT coalesce(string_agg(job_id || ' ' || claim_id, ','), '') AS batch FROM claimed
 \gset
@@ -42,11 +54,18 @@ WITH held AS (
     SET state = 'SUCCEEDED', result_code = 'OK', lease_until = NULL,
         updated_at = statement_timestamp()
     FROM held
-    WHERE j.job_id = held.job_id AND j.claim_id = held.claim_id AND j.state = 'CLAIMED'
-    RETURNING j.job_id
+    WHERE j.job_id = held.job_id AND j.claim_id = held.claim_id AND j.state = 'EXECUTING'
+    RETURNING j.job_id, j.updated_at
 )
 INSERT INTO audit_auditevent (job_id, run_id, event_type, actor, result_code, detail, created_at)
-SELECT job_id, NULL, 'SUCCEEDED', 'pgbench', 'OK',
-       jsonb_build_object('from', 'CLAIMED', 'to', 'SUCCEEDED'), statement_timestamp()
-FROM done;
+SELECT d.job_id, NULL, e.event_type, 'pgbench', 'OK',
+       CASE e.k
+           WHEN 1 THEN jsonb_build_object('from', 'EXECUTING', 'to', 'SUCCEEDED',
+               'handler', 'inbox.handlers.noop', 'duration_ms', 0.0)
+           ELSE jsonb_build_object('from', 'EXECUTING', 'to', 'SUCCEEDED')
+       END,
+       d.updated_at
+FROM done AS d
+CROSS JOIN (VALUES (1, 'EXECUTED'), (2, 'SUCCEEDED')) AS e(k, event_type)
+ORDER BY d.job_id, e.k;
 COMMIT;

@@ -144,6 +144,13 @@ DB_IDLE_IN_TRANSACTION_TIMEOUT_MS = int(
 )
 if sys.argv[1:2] == ["migrate"]:
     DB_STATEMENT_TIMEOUT_MS = 0
+# core.db.prepared_cursor: executions of one statement text before psycopg prepares it (direct
+# connections only; behind PgBouncer nothing is prepared).
+DB_PREPARE_THRESHOLD = int(os.environ.get("DB_PREPARE_THRESHOLD", "5"))
+if DB_PREPARE_THRESHOLD < 0:
+    raise ImproperlyConfigured(
+        f"DB_PREPARE_THRESHOLD must be 0 (off) or more, got {DB_PREPARE_THRESHOLD}"
+    )
 DB_SESSION_TIMEOUTS_MS = {
     "lock_timeout": DB_LOCK_TIMEOUT_MS,
     "statement_timeout": DB_STATEMENT_TIMEOUT_MS,
@@ -187,6 +194,10 @@ def _database_from_env() -> dict:
             config["DISABLE_SERVER_SIDE_CURSORS"] = True
         else:
             options["options"] = " ".join(f"-c {k}={v}" for k, v in DB_SESSION_TIMEOUTS_MS.items())
+            # The few hand-written statements a worker repeats (core.db.prepared_cursor) are
+            # prepared after this many runs on a connection; Django's own cursors bind on the
+            # client and are never prepared. 0 turns preparing off.
+            options["prepare_threshold"] = DB_PREPARE_THRESHOLD or None
     return config
 
 

@@ -17,8 +17,9 @@ import contextlib
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db import OperationalError, connection
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.backends.signals import connection_created
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Model, QuerySet
 from psycopg.pq import TransactionStatus
 
@@ -80,3 +81,52 @@ def _on_connect(sender, connection, **kwargs) -> None:
 def install_session_settings() -> None:
     """Hook the PgBouncer-mode timeouts onto every new connection (called once at start)."""
     connection_created.connect(_on_connect, dispatch_uid="core.db.session_settings")
+
+
+def prepared_cursor():  # -> django.db.backends.utils.CursorWrapper
+    """A cursor for the statements a worker repeats thousands of times (the job writer's
+    UPDATE, the audit INSERT, the claim): on PostgreSQL it binds parameters on the server, so
+    psycopg prepares a statement text once per connection after ``DB_PREPARE_THRESHOLD``
+    executions and PostgreSQL stops planning it per call. Django's own cursors bind on the
+    client (its ORM SQL is not always preparable), so nothing else changes. Behind PgBouncer
+    (transaction pooling) the threshold is off and this is server-side binding without
+    prepared statements. On SQLite it is the ordinary cursor.
+
+    Only for hand-written SQL whose parameters all carry their types (casts where PostgreSQL
+    could not infer one); it goes through Django's execute wrappers, error translation and
+    query log like any cursor. The driver's cursor is kept with the connection and reused
+    (leaving ``with`` does not close it): making one per statement cost more than a short
+    UPDATE.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql":
+        return db.cursor()
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    raw = getattr(db, "_console_prepared_cursor", None)
+    if raw is None or raw.closed or raw.connection is not db.connection:
+        from django.db.backends.postgresql.base import ServerBindingCursor
+        from django.db.backends.postgresql.psycopg_any import register_tzloader
+        from psycopg import adapters
+        from psycopg.pq import Format
+
+        with db.wrap_database_errors:
+            raw = ServerBindingCursor(db.connection)
+            oid = adapters.types["timestamptz"].oid
+            if db.timezone != db.connection.adapters.get_loader(oid, Format.TEXT).timezone:
+                register_tzloader(db.timezone, raw)
+        db._console_prepared_cursor = raw
+    return _KeptDebugCursor(raw, db) if db.queries_logged else _KeptCursor(raw, db)
+
+
+class _KeptCursor(CursorWrapper):
+    """Leaving ``with`` keeps the driver's cursor open for the next statement."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+class _KeptDebugCursor(CursorDebugWrapper):
+    def __exit__(self, *exc_info: object) -> None:
+        return None

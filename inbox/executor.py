@@ -45,7 +45,14 @@ from inbox.approvals import check_approval
 from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError, InboxError, JobValidationError
 from inbox.handlers import DefiniteFailure, HandlerResult
-from inbox.jobtypes import JobType, registry, retry_delay, scopes, validate_job_document
+from inbox.jobtypes import (
+    JobType,
+    registry,
+    retry_delay,
+    scopes,
+    task_queues,
+    validate_job_document,
+)
 from inbox.loop import DB_ERRORS, WorkerLoop
 from inbox.models import Job, JobState, WorkerStatus
 from inbox.transitions import Held, Moved, Outcome
@@ -245,6 +252,12 @@ class Executor(WorkerLoop):
         self._db_trouble = False
         self._last_progress_count = 0
         self._keeper = _LeaseKeeper(worker_id=self.worker_id, lease_seconds=self.lease_seconds)
+        # The one-transaction turn (``_claim_fast``): after a batch it could not take as one,
+        # the next 2, 4 … 64 turns go step by step (a queue that mixes in jobs that may not
+        # begin at once pays the failed try rarely).
+        self._fast_misses = 0
+        self._fast_skip = 0
+        self._fast_possible = False
 
     # --- the loop's hooks -------------------------------------------------------------------
 
@@ -257,6 +270,11 @@ class Executor(WorkerLoop):
         for job_type in registry().values():
             if job_type.scope == self.scope:
                 job_type.handler  # noqa: B018 - import every handler now: fail at start, not mid-job
+        self._fast_possible = self.batch_steps and any(
+            _batchable_type(t)
+            and (t.scope == self.scope if t.scope_field is None else self.scope in task_queues())
+            for t in registry().values()
+        )
         self._keeper.start()
         return (
             f"scope={self.scope} lease={self.lease_seconds}s batch={self.batch} "
@@ -291,19 +309,24 @@ class Executor(WorkerLoop):
         # Jobs left over from a turn a database error cut short are already ours: run them
         # first, paused or not (a pause stops claiming, not the work in hand).
         if not self._pending:
-            if self._paused():
-                self._record()
-                if self.exit_when_idle:
-                    return False
-                self.wait(self.poll)
-                return True
             limit = self.batch
             if self.max_jobs is not None:
                 limit = min(limit, self.max_jobs - self.stats.processed - len(self._unrecorded))
                 if limit <= 0:
                     self._record()
                     return False
-            jobs, begun = self._claim(limit)
+            fast = self._claim_fast(limit) if self._fast_now() else None
+            if fast is not None:
+                jobs = begun = fast
+                if not jobs:
+                    # An empty claim does not say why: a new pause is said once, then the
+                    # step-by-step turns wait on it and say when it ends.
+                    self._paused()
+            elif self._paused():
+                self._record()
+                jobs = begun = []
+            else:
+                jobs, begun = self._claim(limit)
             if not jobs:
                 if self.exit_when_idle:
                     return False
@@ -383,12 +406,7 @@ class Executor(WorkerLoop):
 
     def _batchable(self, job: Job) -> bool:
         job_type = registry().get(job.job_type)
-        return (
-            self.batch_steps
-            and job_type is not None
-            and job_type.idempotent
-            and not job_type.needs_approval
-        )
+        return self.batch_steps and job_type is not None and _batchable_type(job_type)
 
     def _next_chunk(self) -> list[Job]:
         """The leading run of batchable pending jobs, or the one job at the head."""
@@ -397,6 +415,68 @@ class Executor(WorkerLoop):
             while self._pending and self._batchable(self._pending[0]):
                 chunk.append(self._pending.popleft())
         return chunk
+
+    def _fast_now(self) -> bool:
+        """Is this turn one transaction (``_claim_fast``)? Not for a scope no batchable type
+        can land in (DELETE), not while a pause is being waited on (the step-by-step turn
+        checks it and says when it ends), nor in one-by-one mode."""
+        if not self._fast_possible or self._paused_said:
+            return False
+        if self._fast_skip:
+            self._fast_skip -= 1
+            return False
+        return True
+
+    def _claim_fast(self, limit: int) -> list[Job] | None:
+        """The whole turn's writes in one transaction: commit the outcomes waiting, claim up to
+        ``limit`` jobs of the scope unless it is paused, and begin them
+        (``claim_and_begin_jobs``: one UPDATE, the CLAIMED, STARTED and AUTHORIZED events in
+        one INSERT). Returns the jobs begun, or None when the batch could not go as one — a
+        job that may not begin at once (a DELETE, a non-idempotent task), one whose checks
+        fail, a drifted seal: nothing of the turn was kept and it goes step by step (``_claim``),
+        which rejects, refuses and records each such job on its own.
+        """
+        outcomes = self._hand_over()
+        targets = {o.job.job_id: o.to for o in outcomes}
+
+        def authorize(job: Job) -> bool:
+            # The checks ``_authorize`` makes before any begin; AUTHORIZED records them.
+            job_type = registry().get(job.job_type)
+            if job_type is None or not self._batchable(job):
+                return False
+            return self._authorize(job, job_type).ok
+
+        def step() -> tuple[Moved, list[Job]]:
+            with transaction.atomic():
+                return transitions.finish_and_claim_jobs(
+                    outcomes,
+                    scope=self.scope,
+                    worker_id=self.worker_id,
+                    lease_seconds=self.lease_seconds,
+                    limit=limit,
+                    authorize=authorize,
+                )
+
+        outcome_jobs = [o.job for o in outcomes]
+        try:
+            result = self._step(step, committed=lambda: _holding(outcome_jobs, targets))
+        except transitions.BatchRefused:
+            self._fast_misses += 1
+            self._fast_skip = min(2**self._fast_misses, 64)
+            return None
+        if isinstance(result, set):
+            # The response was lost after the commit: the outcomes are in; what we claimed is
+            # unknown (it lapses and the sweep offers it again: these types are idempotent).
+            self._unrecorded = []
+            self._settle(outcomes, _as_moved(result, outcomes))
+            self._db_trouble = True
+            return []
+        finished, jobs = result
+        self._fast_misses = 0
+        self._unrecorded = []
+        self._settle(outcomes, finished)
+        self._keeper.hold(jobs)
+        return jobs
 
     def _claim(self, limit: int) -> tuple[list[Job], list[Job]]:
         """One transaction: commit the outcomes waiting, claim up to ``limit`` jobs and begin
@@ -782,6 +862,13 @@ class Executor(WorkerLoop):
         self.stats.sweeps += 1
         if report.total or report.refused:
             self.say(f"sweep: {report.summary()}")
+
+
+def _batchable_type(job_type: JobType) -> bool:
+    """Jobs of this type may be begun together, and as soon as they are claimed: a crash
+    between begin and handler leaves them EXECUTING, which the sweep returns to READY exactly
+    like CLAIMED (idempotent, no approval to re-check right before executing)."""
+    return job_type.idempotent and not job_type.needs_approval
 
 
 def _ids(jobs: list[Job]) -> list[str]:

@@ -18,6 +18,7 @@ settings (``INBOX_JOB_TYPES``) without touching this module::
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
@@ -588,10 +589,24 @@ def fingerprint_values(*, columns: Mapping[str, Any], payload: Mapping[str, Any]
 
 def compute_fingerprint(*, columns: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of the immutable fields (DESIGN §1.5)."""
+    values = (*map(columns.get, IMMUTABLE_COLUMNS), *map(payload.get, IMMUTABLE_PAYLOAD_FIELDS))
+    # Only text and nulls are memoised: 1, 1.0 and True are equal keys but different JSON.
+    if all(v is None or type(v) is str for v in values):
+        return _fingerprint_of_values(values)
+    return _fingerprint_of_values.__wrapped__(values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fingerprint_of_values(values: tuple[Any, ...]) -> str:
+    """The hash itself, memoised: a worker checks the same job's seal at its claim, its
+    authorization and its outcome, and a pure function of the values need not run thrice."""
     canonical = json.dumps(
-        fingerprint_values(columns=columns, payload=payload),
+        dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+_FINGERPRINT_NAMES = (*IMMUTABLE_COLUMNS, *IMMUTABLE_PAYLOAD_FIELDS)

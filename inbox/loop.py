@@ -5,7 +5,8 @@
 poll interval, marked stopped on the way out), SIGTERM/SIGINT (a flag: the work in hand
 finishes), progress lines, and database errors (one log line, the connection dropped, a wait
 that doubles up to ``MAX_BACKOFF`` seconds, then the next turn reconnects).
-``close_old_connections`` runs every turn, so a kept connection survives a restarted database.
+``close_old_connections`` runs every turn (at most once a poll interval, see
+``_refresh_connection``), so a kept connection survives a restarted database.
 
 A worker subclasses it and fills in ``setup`` (check the configuration, describe the worker),
 ``turn`` (one unit of work; False ends the loop) and, when it holds something, ``finish``
@@ -80,6 +81,7 @@ class WorkerLoop:
         self._stop_reason = ""
         self._backoff = 0.0
         self._last_beat = 0.0
+        self._last_refresh = 0.0
         self._last_progress = time.monotonic()
 
     # --- what a worker fills in -------------------------------------------------------------
@@ -157,7 +159,7 @@ class WorkerLoop:
         previous = self._install_signals()
         try:
             while not self.stopping:
-                close_old_connections()
+                self._refresh_connection()
                 try:
                     self.beat()
                     if not self.turn():
@@ -193,6 +195,16 @@ class WorkerLoop:
 
     def result(self) -> Any:
         return None
+
+    def _refresh_connection(self) -> None:
+        """``close_old_connections`` at most once a poll interval (and at least once a second):
+        it re-arms Django's health check, a ``SELECT 1`` round trip before the next query,
+        which a busy executor would otherwise pay every turn. A connection that died between
+        checks surfaces as a database error, which the loop already survives."""
+        now = time.monotonic()
+        if now - self._last_refresh >= min(max(self.poll, 0.1), 1.0):
+            close_old_connections()
+            self._last_refresh = now
 
     def _warn_if_lease_within_idle_timeout(self) -> None:
         """Say so when the server would end a frozen transaction only after the lease lapsed:

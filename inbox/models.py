@@ -102,9 +102,9 @@ class Job(models.Model):
                 condition=Q(state="READY"),
                 name="job_claim_idx",
             ),
-            # Stale sweep: held jobs by lease end.
+            # Stale sweep: held jobs by lease end, in the sweep's order (inbox 0008).
             models.Index(
-                fields=["lease_until"],
+                fields=["lease_until", "job_id"],
                 condition=Q(state__in=["CLAIMED", "EXECUTING"]),
                 name="job_lease_idx",
             ),
@@ -113,8 +113,14 @@ class Job(models.Model):
             models.Index(fields=["state", "updated_at"], name="job_state_updated_idx"),
             # The console's "sort by updated" over all states.
             models.Index(fields=["updated_at", "job_id"], name="job_updated_idx"),
-            models.Index(fields=["object_id"], name="job_object_idx"),
-            models.Index(fields=["mission_id"], name="job_mission_idx"),
+            # Equality and LIKE 'prefix%' (search) in one index each on PostgreSQL; a plain
+            # index on SQLite, whose search is a range on the BINARY collation (inbox 0008).
+            models.Index(
+                fields=["object_id"], name="job_object_idx", opclasses=["varchar_pattern_ops"]
+            ),
+            models.Index(
+                fields=["mission_id"], name="job_mission_idx", opclasses=["varchar_pattern_ops"]
+            ),
             models.Index(fields=["worker_id"], name="job_worker_idx"),
         ]
         constraints = [

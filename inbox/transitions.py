@@ -30,11 +30,18 @@ from typing import Any, Literal
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 
-from audit.events import Event, record_event, record_events
+from audit.events import (
+    Event,
+    RowEvent,
+    joined_insert_sql,
+    record_event,
+    record_events,
+    row_events_insert_sql,
+)
 from audit.models import AuditEvent, EventType
 from core import faults
 from core.clock import db_now, parse_sqlite_datetime
-from core.db import bounded, locked
+from core.db import bounded, locked, prepared_cursor
 from core.errors import Busy
 from core.paging import capped_count
 from inbox.errors import (
@@ -54,10 +61,11 @@ from inbox.jobtypes import (
     registry,
     validate_job_document,
 )
-from inbox.models import HELD_STATES, Job, JobState
+from inbox.models import HELD_STATES, Job, JobState, ScopePause
 
 __all__ = [
     "EDITABLE_FIELDS",
+    "BatchRefused",
     "Created",
     "Held",
     "Moved",
@@ -68,6 +76,7 @@ __all__ = [
     "build_job",
     "cancel_job",
     "cancel_jobs",
+    "claim_and_begin_jobs",
     "claim_job",
     "claim_next_jobs",
     "complete_job",
@@ -78,6 +87,7 @@ __all__ = [
     "fail_job",
     "fingerprint_of",
     "fingerprint_ok",
+    "finish_and_claim_jobs",
     "finish_jobs",
     "lapsed_outcome",
     "lock_jobs",
@@ -191,6 +201,41 @@ class Sql(str):
     """A SQL expression assigned by an UPDATE (evaluated per row, e.g. ``attempt_count + 1``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _DbClock:
+    """The database's clock read by the UPDATE itself (PostgreSQL's ``statement_timestamp()``),
+    plus an offset: what ``now`` is for a transition that needs no time in Python before its
+    write. It saves the round trip of reading the clock first; the moved rows' ``updated_at``
+    then tells the events the time."""
+
+    offset: dt.timedelta = dt.timedelta(0)
+
+    def __add__(self, delta: dt.timedelta) -> _DbClock:
+        return _DbClock(self.offset + delta)
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """The rows a claim takes, chosen inside its UPDATE: the next ``limit`` READY jobs of
+    ``scope`` in claim order whose ``run_after`` has come. On PostgreSQL they are locked with
+    SKIP LOCKED in a materialized CTE (concurrent claimers take different rows, and the planner
+    cannot update more rows than the limit); SQLite's IMMEDIATE transaction serialises
+    claimers. ``unless_paused``: nothing while the scope is paused (checked in the same
+    statement, so a pause committed before it is never missed)."""
+
+    scope: str
+    limit: int
+    unless_paused: bool = False
+
+
+class BatchRefused(Exception):
+    """A batch step that runs inside its caller's transaction without a savepoint of its own
+    (``claim_and_begin_jobs``, ``finish_jobs(savepoint=False)``) could not go as one: a sealed
+    row drifted, or the caller's check refused a row. Raised out of the caller's transaction,
+    which rolls back, so nothing of the step is kept; the caller then goes step by step, which
+    refuses and records each row on its own."""
+
+
 # What builds a moved row's events: (the row after the write, the row before when it was read
 # under lock, the database time).
 EventsFor = Callable[[Job, "Job | None", dt.datetime], list[Event]]
@@ -198,7 +243,7 @@ Fence = Literal["holder", "observed"]
 LeaseGuard = Literal["running", "lapsed"]
 
 
-class _BatchDrift(Exception):
+class _BatchDrift(BatchRefused):
     """A fail-closed batch found a drifted row: the caller's atomic block undoes it all."""
 
     def __init__(self, job_ids: list[str]) -> None:
@@ -214,6 +259,33 @@ def lock_jobs(job_ids: Iterable[str], *, skip_locked: bool = False) -> dict[str,
     return {job.job_id: job for job in locked(qs, skip_locked=skip_locked)}
 
 
+@dataclass(frozen=True)
+class _Move:
+    """One move as ``_move`` is asked for it (its arguments; see ``_move``)."""
+
+    held: Sequence[Held]
+    to: str | None
+    allowed: tuple[str, ...]
+    actor: str
+    events: EventsFor
+    values: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None
+    fence: Fence | None = None
+    lease: LeaseGuard | None = None
+    seal: bool = True
+    prior: Callable[[], Mapping[str, Job]] | None = None
+    pick: Pick | None = None
+    check: Callable[[Job, dt.datetime], None] | None = None
+    fail_closed: bool = False
+    savepoint: bool = True
+    events_ahead: bool = False
+    row_events: Sequence[RowEvent] | None = None
+    accept: Callable[[Job], bool] | None = None
+    full: bool = True
+    why: str = ""
+    refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None = None
+    at: dt.datetime | None = None
+
+
 def _move(
     held: Sequence[Held],
     *,
@@ -221,14 +293,18 @@ def _move(
     allowed: Iterable[str],
     actor: str,
     events: EventsFor,
-    values: Mapping[str, Any] | Callable[[dt.datetime], Mapping[str, Any]] | None = None,
+    values: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None,
     fence: Fence | None = None,
     lease: LeaseGuard | None = None,
     seal: bool = True,
     prior: Callable[[], Mapping[str, Job]] | None = None,
-    pick: Callable[[dt.datetime, list[str]], list[str]] | None = None,
+    pick: Pick | None = None,
     check: Callable[[Job, dt.datetime], None] | None = None,
     fail_closed: bool = False,
+    savepoint: bool = True,
+    events_ahead: bool = False,
+    row_events: Sequence[RowEvent] | None = None,
+    accept: Callable[[Job], bool] | None = None,
     full: bool = True,
     why: str = "",
     refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None = None,
@@ -245,44 +321,69 @@ def _move(
       or, with ``fail_closed``, ``_BatchDrift`` is raised and the caller drops the whole batch.
     - ``prior``: reads the rows under lock first (``lock_jobs``), for transitions whose events
       or ``check`` need the values before the write; refusals are then named from them.
-    - ``pick``: chooses the ids inside the transaction instead of ``held`` (the claim), given
-      ``now`` and the ids to leave out.
-    - ``values``: the field effects, or a function of ``now`` giving them.
+    - ``pick``: the UPDATE chooses its rows itself instead of ``held`` (the claim; see
+      ``Pick``), leaving out the ids a drift already refused.
+    - ``savepoint``: False when the caller's own transaction is the undo (its one-transaction
+      batch steps): no savepoint round trips, and a drift raises ``BatchRefused`` out of it.
+    - ``values``: the field effects, or a function of ``now`` giving them (``now`` may be the
+      statement's own clock, ``_DbClock``, when nothing needs the time before the write).
+    - ``events_ahead``: the events depend only on the caller's copy of each row, not on what
+      the write returns, so on PostgreSQL they are written by the UPDATE statement itself (a
+      data-modifying CTE: only the rows it moved get theirs).
+    - ``row_events``: the events as SQL over each moved row (``audit.events.RowEvent``),
+      written by the UPDATE statement itself on PostgreSQL; ``events`` builds the same in
+      Python elsewhere.
+    - ``accept``: the caller's check of each moved row before anything is recorded; a row it
+      refuses raises ``BatchRefused`` (only with ``savepoint=False``: the caller's rollback
+      is the undo).
     - ``full``: return whole rows (payload included); otherwise only the seal's columns and the
       assigned ones (the executor's batches update their own copies in place).
     - ``why`` names a failed lease/observed-claim guard; ``refusal`` lets a caller name a
       refusal its own way (``renew_leases``).
     """
-    allowed = tuple(allowed)
-    result = Moved()
-    if not held and pick is None:
-        return result
+    move = _Move(
+        held,
+        to,
+        tuple(allowed),
+        actor,
+        events,
+        values,
+        fence,
+        lease,
+        seal,
+        prior,
+        pick,
+        check,
+        fail_closed,
+        savepoint,
+        events_ahead,
+        row_events,
+        accept,
+        full,
+        why,
+        refusal,
+        at,
+    )
+    return _moves([move])[0]
+
+
+def _moves(moves: Sequence[_Move]) -> list[Moved]:
+    """Run ``moves`` (one, or several in one statement: see ``_together``)."""
+    if not moves[0].held and moves[0].pick is None and len(moves) == 1:
+        return [Moved()]
     refused: dict[str, InboxError] = {}
     drifted: list[Job] = []
     excluded: list[str] = []
+    move = moves[0]
     while True:
         try:
-            with bounded(_subject(held)), transaction.atomic():
-                attempt = _attempt(
-                    held,
-                    excluded,
-                    to=to,
-                    allowed=allowed,
-                    events=events,
-                    values=values,
-                    fence=fence,
-                    lease=lease,
-                    seal=seal,
-                    prior=prior,
-                    pick=pick,
-                    check=check,
-                    full=full,
-                    why=why,
-                    refusal=refusal,
-                    at=at,
-                )
+            subject = _subject(move.held)
+            with bounded(subject), transaction.atomic(savepoint=move.savepoint):
+                plans = [_plan(m, excluded if len(moves) == 1 else []) for m in moves]
+                returned = _write(plans)
+                attempts = [_conclude(p, r) for p, r in zip(plans, returned, strict=True)]
         except _BatchDrift as exc:
-            if fail_closed:
+            if move.fail_closed or not move.savepoint or len(moves) > 1:
                 raise
             for job in Job.objects.filter(job_id__in=exc.job_ids):
                 refused[job.job_id] = ImmutableFieldDrift(
@@ -292,42 +393,100 @@ def _move(
             excluded += exc.job_ids
             continue
         break
-    rows, attempt_refused, stale, attempt_drifted, targets = attempt
-    refused.update(attempt_refused)
-    # Refusals are written after the transition's own transaction: nothing of it is kept.
-    for job, item in stale:
-        _record_stale_write(job, to or job.state, item.claim_id or "", actor, at)
-    for job in [*drifted, *attempt_drifted]:
-        _record_drift(job, to or job.state, actor, at)
-    for item in targets:
-        if item.job_id in rows:
-            result.add(item.job_id)
-            result.jobs.append(rows[item.job_id][0])
-        elif item.job_id in refused:
-            result.refused[item.job_id] = refused[item.job_id]
-    for job_id in excluded:
-        result.refused.setdefault(job_id, refused[job_id])
-    return result
+    results = []
+    for n, (m, attempt) in enumerate(zip(moves, attempts, strict=True)):
+        rows, attempt_refused, stale, attempt_drifted, targets = attempt
+        all_refused = {**refused, **attempt_refused} if n == 0 else attempt_refused
+        # Refusals are written after the transition's own transaction: nothing of it is kept.
+        for job, item in stale:
+            _record_stale_write(job, m.to or job.state, item.claim_id or "", m.actor, m.at)
+        for job in [*(drifted if n == 0 else []), *attempt_drifted]:
+            _record_drift(job, m.to or job.state, m.actor, m.at)
+        result = Moved()
+        for item in targets:
+            if item.job_id in rows:
+                result.add(item.job_id)
+                result.jobs.append(rows[item.job_id][0])
+            elif item.job_id in all_refused:
+                result.refused[item.job_id] = all_refused[item.job_id]
+        for job_id in excluded if n == 0 else ():
+            result.refused.setdefault(job_id, all_refused[job_id])
+        results.append(result)
+    return results
 
 
-def _attempt(
-    held: Sequence[Held],
-    excluded: list[str],
-    *,
-    to: str | None,
-    allowed: tuple[str, ...],
-    events: EventsFor,
-    values: Mapping[str, Any] | Callable[[dt.datetime], Mapping[str, Any]] | None,
-    fence: Fence | None,
-    lease: LeaseGuard | None,
-    seal: bool,
-    prior: Callable[[], Mapping[str, Job]] | None,
-    pick: Callable[[dt.datetime, list[str]], list[str]] | None,
-    check: Callable[[Job, dt.datetime], None] | None,
-    full: bool,
-    why: str,
-    refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None,
-    at: dt.datetime | None,
+@dataclass
+class _Plan:
+    """One attempt of a move up to its statement: the rows it aims at, what it assigns, what
+    was refused before the write (``prior``), and the events that ride in the statement."""
+
+    move: _Move
+    now: Any
+    assigned: dict[str, Any]
+    targets: list[Held]
+    candidates: list[Held]
+    excluded: list[str]
+    before_rows: Mapping[str, Job]
+    refused: dict[str, InboxError] = field(default_factory=dict)
+    stale: list[tuple[Job, Held]] = field(default_factory=list)
+    drifted: list[Job] = field(default_factory=list)
+    # Events written by the statement itself (PostgreSQL): known ahead, or derived in SQL.
+    early: list[Event] | None = None
+    derived: Sequence[RowEvent] | None = None
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.candidates) or self.move.pick is not None
+
+
+def _plan(move: _Move, excluded: list[str]) -> _Plan:
+    """What an attempt of ``move`` will write, and what it refuses before writing."""
+    pg = connection.vendor == "postgresql"
+    # Nothing reads the time before the write: on PostgreSQL the UPDATE reads its own clock.
+    own_clock = move.at is None and move.prior is None and move.check is None and pg
+    now: Any = _DbClock() if own_clock else db_now(move.at)
+    values = move.values
+    assigned = dict(values(now) if callable(values) else values or {})
+    targets = [item for item in move.held if item.job_id not in excluded]
+    before_rows = move.prior() if move.prior is not None else {}
+    plan = _Plan(move, now, assigned, targets, targets, excluded, before_rows)
+    if move.prior is not None:
+        plan.candidates = []
+        unread = [item.job_id for item in targets if item.job_id not in before_rows]
+        # A row the locked read left out exists but is held right now (skip-locked reads).
+        busy = set(Job.objects.filter(job_id__in=unread).values_list("job_id", flat=True))
+        for item in targets:
+            before = before_rows.get(item.job_id)
+            if item.job_id in busy:
+                plan.refused[item.job_id] = Busy(
+                    f"job {item.job_id!r}: a worker holds it right now; left for the next try"
+                )
+                continue
+            error = _refusal(before, item, move, now)
+            if error is None and move.check is not None:
+                try:
+                    move.check(before, now)
+                except InvalidTransition as exc:
+                    error = exc
+            if error is None:
+                plan.candidates.append(item)
+                continue
+            plan.refused[item.job_id] = error
+            if _is_stale(error, before, item, move):
+                plan.stale.append((before, item))
+            elif isinstance(error, ImmutableFieldDrift) and before is not None:
+                plan.drifted.append(before)
+    # Events known before the write, or derived from its rows in SQL, ride in the UPDATE
+    # statement (PostgreSQL).
+    if pg and move.events_ahead and move.pick is None and move.prior is None:
+        plan.early = [e for item in plan.candidates for e in move.events(_copy(item), None, now)]
+    if pg and move.row_events:
+        plan.derived = move.row_events
+    return plan
+
+
+def _conclude(
+    plan: _Plan, returned: dict[str, list[Any]]
 ) -> tuple[
     dict[str, tuple[Job, Job | None]],
     dict[str, InboxError],
@@ -335,91 +494,76 @@ def _attempt(
     list[Job],
     list[Held],
 ]:
-    """One attempt of ``_move`` inside its transaction: (moved rows with their prior row,
-    refusals, stale holders to record, drifts to record, the rows aimed at, in order)."""
-    now = db_now(at)
-    assigned = dict(values(now) if callable(values) else values or {})
-    if pick is not None:
-        held = [Held(job_id) for job_id in pick(now, excluded)]
-    targets = [item for item in held if item.job_id not in excluded]
-    refused: dict[str, InboxError] = {}
-    stale: list[tuple[Job, Held]] = []
-    drifted: list[Job] = []
+    """After the write: seals checked, copies brought up to date, refusals named, events
+    recorded. Returns (moved rows with their prior row, refusals, stale holders to record,
+    drifts to record, the rows aimed at, in order)."""
+    move, now = plan.move, plan.now
     rows: dict[str, tuple[Job, Job | None]] = {}
-    before_rows = prior() if prior is not None else {}
-    candidates = targets
-    if prior is not None:
-        candidates = []
-        unread = [item.job_id for item in targets if item.job_id not in before_rows]
-        # A row the locked read left out exists but is held right now (skip-locked reads).
-        busy = set(Job.objects.filter(job_id__in=unread).values_list("job_id", flat=True))
-        for item in targets:
-            before = before_rows.get(item.job_id)
-            if item.job_id in busy:
-                refused[item.job_id] = Busy(
-                    f"job {item.job_id!r}: a worker holds it right now; left for the next try"
-                )
-                continue
-            error = _refusal(before, item, to, allowed, fence, lease, seal, now, why, refusal)
-            if error is None and check is not None:
-                try:
-                    check(before, now)
-                except InvalidTransition as exc:
-                    error = exc
-            if error is None:
-                candidates.append(item)
-                continue
-            refused[item.job_id] = error
-            if _is_stale(error, before, item, allowed, fence):
-                stale.append((before, item))
-            elif isinstance(error, ImmutableFieldDrift) and before is not None:
-                drifted.append(before)
-    if candidates:
-        returned = _update(
-            candidates,
-            to=to,
-            allowed=allowed,
-            values=assigned,
-            fence=fence,
-            lease=lease,
-            seal=seal,
-            full=full,
-            now=now,
-        )
-        bad = [job_id for job_id, row in returned.items() if seal and not _sealed(row)]
+    targets, candidates = plan.targets, plan.candidates
+    if plan.writes:
+        if move.pick is not None:
+            # What the UPDATE chose, in claim order (RETURNING promises no order).
+            order = sorted(returned.values(), key=lambda row: (row[_CREATED], row[_JOB_ID]))
+            targets = candidates = [Held(row[_JOB_ID]) for row in order]
+        # A picked row left a sealed state (READY): it must carry its seal.
+        bad = [
+            job_id
+            for job_id, row in returned.items()
+            if move.seal and not _sealed(row, required=move.pick is not None)
+        ]
         if bad:
             raise _BatchDrift(bad)
-        if returned and to in _FAULT_POINTS:
-            faults.point(f"{_FAULT_POINTS[to]}:{next(iter(returned.values()))[_JOB_TYPE]}")
-        changed = [*assigned, "state", "updated_at"]
+        if isinstance(now, _DbClock) and returned:
+            # The statement's time, as the moved rows' updated_at tells it.
+            now = next(iter(returned.values()))[_UPDATED]
+        changed = [*plan.assigned, "state", "updated_at"]
         for item in candidates:
             row = returned.get(item.job_id)
             if row is not None:
                 after = _job_of(row) if item.job is None else _into(item.job, row, changed)
-                rows[item.job_id] = (after, before_rows.get(item.job_id))
+                rows[item.job_id] = (after, plan.before_rows.get(item.job_id))
         missing = [item for item in candidates if item.job_id not in returned]
-        if missing and prior is not None:
+        if missing and move.prior is not None:
             for item in missing:
-                refused[item.job_id] = _invalid(item.job_id, before_rows[item.job_id], to)
+                plan.refused[item.job_id] = _invalid(
+                    item.job_id, plan.before_rows[item.job_id], move.to
+                )
         elif missing:
+            if isinstance(now, _DbClock):
+                now = db_now()  # only a refusal needs the time in Python
             current = {j.job_id: j for j in Job.objects.filter(job_id__in=_ids(missing))}
             for item in missing:
                 job = current.get(item.job_id)
-                error = _refusal(
-                    job, item, to, allowed, fence, lease, seal, now, why, refusal
-                ) or _invalid(item.job_id, job, to)
-                refused[item.job_id] = error
-                if _is_stale(error, job, item, allowed, fence):
-                    stale.append((job, item))
+                error = _refusal(job, item, move, now) or _invalid(item.job_id, job, move.to)
+                plan.refused[item.job_id] = error
+                if _is_stale(error, job, item, move):
+                    plan.stale.append((job, item))
                 elif isinstance(error, ImmutableFieldDrift) and job is not None:
-                    drifted.append(job)
+                    plan.drifted.append(job)
+    if move.accept is not None:
+        for after, _before in rows.values():
+            if not move.accept(after):
+                raise BatchRefused(after.job_id)
     moved_events: list[Event] = []
-    for item in targets:
-        if item.job_id in rows:
-            after, before = rows[item.job_id]
-            moved_events.extend(events(after, before, now))
+    if plan.early is None and plan.derived is None:
+        for item in targets:
+            if item.job_id in rows:
+                after, before = rows[item.job_id]
+                moved_events.extend(move.events(after, before, now))
+    if rows:
+        # The write is made and accepted, not committed (the rows are locked): where the
+        # fault tests stop or kill a worker.
+        job_type = next(iter(rows.values()))[0].job_type
+        for point in _fault_points(move.allowed, move.to):
+            faults.point(f"{point}:{job_type}")
     record_events(moved_events)
-    return rows, refused, stale, drifted, targets
+    return rows, plan.refused, plan.stale, plan.drifted, targets
+
+
+def _copy(item: Held) -> Job:
+    """The caller's copy of a row (or a stub of its keys): what events known ahead are built
+    from."""
+    return item.job if item.job is not None else Job(job_id=item.job_id, claim_id=item.claim_id)
 
 
 def _subject(held: Sequence[Held]) -> str:
@@ -427,73 +571,6 @@ def _subject(held: Sequence[Held]) -> str:
     if len(held) == 1:
         return f"job {held[0].job_id!r}"
     return f"{len(held)} jobs" if held else "the jobs picked"
-
-
-def _ids(items: Iterable[Held]) -> list[str]:
-    return [item.job_id for item in items]
-
-
-def _refusal(
-    job: Job | None,
-    item: Held,
-    to: str | None,
-    allowed: tuple[str, ...],
-    fence: Fence | None,
-    lease: LeaseGuard | None,
-    seal: bool,
-    now: dt.datetime,
-    why: str,
-    refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None,
-) -> InboxError | None:
-    """Why ``job`` (as stored now) may not move, or None. The order is the contract: a stale
-    holder hears that it lost the claim whatever state the new holder moved the job to."""
-    if job is None:
-        return JobNotFound(item.job_id)
-    target = to or job.state
-    if refusal is not None and (error := refusal(job, item, now)) is not None:
-        return error
-    if fence == "holder" and job.claim_id != item.claim_id:
-        holder = job.worker_id or "nobody"
-        return LostClaim(
-            job.job_id,
-            job.state,
-            target,
-            claim_id=item.claim_id or "",
-            why=f"claim {item.claim_id} is no longer held (held by {holder})",
-        )
-    if job.state not in allowed:
-        return InvalidTransition(
-            job.job_id, job.state, target, f"allowed only from {', '.join(allowed)}"
-        )
-    if seal and not fingerprint_ok(job):
-        return ImmutableFieldDrift(job.job_id, job.fingerprint, fingerprint_of(job))
-    observed_lost = fence == "observed" and job.claim_id != item.claim_id
-    lease_failed = (lease == "running" and (job.lease_until is None or job.lease_until < now)) or (
-        lease == "lapsed" and (job.lease_until is None or job.lease_until >= now)
-    )
-    if observed_lost or lease_failed:
-        return InvalidTransition(job.job_id, job.state, target, why or "lost a race")
-    return None
-
-
-def _is_stale(
-    error: InboxError,
-    job: Job | None,
-    item: Held,
-    allowed: tuple[str, ...],
-    fence: Fence | None,
-) -> bool:
-    """A holder's write refused because the claim is no longer its own (a STALE_WRITE record);
-    a lapsed lease under a claim still held is only awaiting the sweep."""
-    if not isinstance(error, LostClaim) or fence != "holder" or job is None:
-        return False
-    return not (job.claim_id == item.claim_id and job.state in allowed)
-
-
-def _invalid(job_id: str, job: Job | None, to: str | None) -> InboxError:
-    if job is None:
-        return JobNotFound(job_id)
-    return InvalidTransition(job_id, job.state, to or job.state, "lost a race")
 
 
 def _seal_payload_sql() -> str:
@@ -505,49 +582,201 @@ def _seal_payload_sql() -> str:
     return f"json_object({pairs})"
 
 
-def _update(
-    targets: list[Held],
-    *,
-    to: str | None,
-    allowed: tuple[str, ...],
-    values: Mapping[str, Any],
-    fence: Fence | None,
-    lease: LeaseGuard | None,
-    seal: bool,
-    full: bool,
-    now: dt.datetime,
-) -> dict[str, list[Any]]:
-    """The UPDATE itself: every guard in its WHERE clause; the returned rows by id."""
-    assignments = dict(values)
-    if to is not None:
-        assignments["state"] = to
+def _write(plans: Sequence[_Plan]) -> list[dict[str, list[Any]]]:
+    """The one statement of an attempt: each plan's guarded UPDATE with the events that ride
+    in it; the returned rows by id, per plan.
+
+    On PostgreSQL the UPDATEs and the events' INSERTs are data-modifying CTEs of one
+    statement — one round trip however many plans (the executor's turn: its outcomes and its
+    next claim). One statement text per shape (rows travel as array parameters), run through
+    ``prepared_cursor``: PostgreSQL plans it once per connection. SQLite takes one plan at a
+    time and writes the events after it (``_conclude``: no data-modifying CTEs there).
+    """
+    out: list[dict[str, list[Any]]] = [{} for _ in plans]
+    active = [(n, plan) for n, plan in enumerate(plans) if plan.writes]
+    if not active:
+        return out
+    if connection.vendor != "postgresql":
+        if len(active) > 1:
+            raise ValueError("SQLite writes one move per statement")
+        n, plan = active[0]
+        sql, params = _update_sql(plan, picked=None)
+        with prepared_cursor() as cursor:
+            cursor.execute(sql, params)
+            out[n] = _rows_from(cursor.fetchall())
+        return out
+    ctes: list[str] = []
+    params: list[Any] = []
+    for n, plan in active:
+        picked = None
+        if plan.move.pick is not None:
+            picked = f"picked{n}"
+            chosen, pick_params = _pick_sql(plan.move.pick, plan.now, plan.excluded)
+            ctes.append(f"{picked} AS MATERIALIZED ({chosen})")
+            params += pick_params
+        update, update_params = _update_sql(plan, picked=picked)
+        ctes.append(f"m{n} AS ({update})")
+        params += update_params
+        if plan.early:
+            insert, rows = joined_insert_sql(plan.early, rows=f"m{n}", time_column="updated_at")
+            ctes.append(f"e{n} AS ({insert})")
+            params.append(rows)
+        elif plan.derived:
+            insert = row_events_insert_sql(
+                plan.derived, rows=f"m{n}", time_column="updated_at", order_by=_CLAIM_ORDER
+            )
+            ctes.append(f"e{n} AS ({insert})")
+            params.append(plan.move.actor)
+    if len(active) == 1 and len(ctes) == 1:
+        sql = update  # a plain UPDATE … RETURNING
+    else:
+        parts = " UNION ALL ".join(f"SELECT {n} AS part, m{n}.* FROM m{n}" for n, _p in active)
+        sql = f"WITH {', '.join(ctes)} {parts}"
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    if sql is update:
+        out[active[0][0]] = _rows_from(fetched)
+        return out
+    by_part: dict[int, list[Any]] = {n: [] for n, _p in active}
+    for raw in fetched:
+        by_part[raw[0]].append(raw[1:])
+    for n, _plan in active:
+        out[n] = _rows_from(by_part[n])
+    return out
+
+
+def _update_sql(plan: _Plan, *, picked: str | None) -> tuple[str, list[Any]]:
+    """The guarded UPDATE … RETURNING of one plan: every guard in its WHERE clause. ``picked``
+    names the CTE of ids a claim chose (PostgreSQL); without it a claim chooses inline."""
+    move, now = plan.move, plan.now
+    assignments = dict(plan.assigned)
+    if move.to is not None:
+        assignments["state"] = move.to
     assignments["updated_at"] = now
     sets, params = _assign(assignments)
     # ``state || ''`` keeps the planner on the primary key: every transition leaves a dead
     # entry in the state indexes, so on a busy queue "state = 'CLAIMED'" walks thousands.
-    where = [f"state || '' IN ({', '.join(['%s'] * len(allowed))})"]
-    params += list(allowed)
-    if fence is not None:
+    where = [f"state || '' IN ({', '.join(['%s'] * len(move.allowed))})"]
+    params += list(move.allowed)
+    if move.pick is not None:
+        if picked is not None:
+            where.append(f"job_id IN (SELECT job_id FROM {picked})")
+        else:
+            chosen, pick_params = _pick_sql(move.pick, now, plan.excluded)
+            where.append(f"job_id IN ({chosen})")
+            params += pick_params
+    elif move.fence is not None:
         where.append(f"(job_id, claim_id) IN ({_pairs_sql()})")
-        params.append(json.dumps([{"j": t.job_id, "c": t.claim_id or ""} for t in targets]))
+        pairs = [{"j": t.job_id, "c": t.claim_id or ""} for t in plan.candidates]
+        params.append(json.dumps(pairs))
     else:
         where.append(f"job_id IN ({_ids_sql()})")
-        params.append(_ids_param([t.job_id for t in targets]))
-    adapt = connection.ops.adapt_datetimefield_value
-    if lease == "running":
-        where.append("lease_until >= %s")
-        params.append(adapt(now))
-    elif lease == "lapsed":
-        where.append("lease_until < %s")
-        params.append(adapt(now))
-    if seal:
+        params.append(_ids_param([t.job_id for t in plan.candidates]))
+    if move.lease is not None:
+        clock, clock_params = _time_sql(now)
+        where.append(f"lease_until {'>=' if move.lease == 'running' else '<'} {clock}")
+        params += clock_params
+    if move.seal and move.pick is None:
+        # (A picked row is READY, so sealed: its seal is checked on what the UPDATE returns.)
         unsealed = ", ".join(f"'{s}'" for s in UNSEALED_STATES)
         where.append(f"(fingerprint <> '' OR state IN ({unsealed}))")
+    # Copies of every row in hand: only what the write changed comes back.
+    lean = not move.full and all(item.job is not None for item in plan.candidates)
     table = connection.ops.quote_name(Job._meta.db_table)
-    sql = f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)} {_returning(full)}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return _rows_from(cursor)
+    sql = (
+        f"UPDATE {table} SET {', '.join(sets)} WHERE {' AND '.join(where)} "
+        f"{_returning(move.full, assignments if lean else None)}"
+    )
+    return sql, params
+
+
+def _ids(items: Iterable[Held]) -> list[str]:
+    return [item.job_id for item in items]
+
+
+def _refusal(job: Job | None, item: Held, move: _Move, now: dt.datetime) -> InboxError | None:
+    """Why ``job`` (as stored now) may not move, or None. The order is the contract: a stale
+    holder hears that it lost the claim whatever state the new holder moved the job to."""
+    if job is None:
+        return JobNotFound(item.job_id)
+    target = move.to or job.state
+    if move.refusal is not None and (error := move.refusal(job, item, now)) is not None:
+        return error
+    if move.fence == "holder" and job.claim_id != item.claim_id:
+        holder = job.worker_id or "nobody"
+        return LostClaim(
+            job.job_id,
+            job.state,
+            target,
+            claim_id=item.claim_id or "",
+            why=f"claim {item.claim_id} is no longer held (held by {holder})",
+        )
+    if job.state not in move.allowed:
+        return InvalidTransition(
+            job.job_id, job.state, target, f"allowed only from {', '.join(move.allowed)}"
+        )
+    if move.seal and not fingerprint_ok(job):
+        return ImmutableFieldDrift(job.job_id, job.fingerprint, fingerprint_of(job))
+    observed_lost = move.fence == "observed" and job.claim_id != item.claim_id
+    lease_failed = (
+        move.lease == "running" and (job.lease_until is None or job.lease_until < now)
+    ) or (move.lease == "lapsed" and (job.lease_until is None or job.lease_until >= now))
+    if observed_lost or lease_failed:
+        return InvalidTransition(job.job_id, job.state, target, move.why or "lost a race")
+    return None
+
+
+def _is_stale(error: InboxError, job: Job | None, item: Held, move: _Move) -> bool:
+    """A holder's write refused because the claim is no longer its own (a STALE_WRITE record);
+    a lapsed lease under a claim still held is only awaiting the sweep."""
+    if not isinstance(error, LostClaim) or move.fence != "holder" or job is None:
+        return False
+    return not (job.claim_id == item.claim_id and job.state in move.allowed)
+
+
+def _invalid(job_id: str, job: Job | None, to: str | None) -> InboxError:
+    if job is None:
+        return JobNotFound(job_id)
+    return InvalidTransition(job_id, job.state, to or job.state, "lost a race")
+
+
+# Claim order, over a moved row ``r`` (the order a claim's events are written in).
+_CLAIM_ORDER = "r.created_at, r.job_id"
+
+
+def _pick_sql(pick: Pick, now: dt.datetime | _DbClock, excluded: Sequence[str]) -> tuple[str, list]:
+    """The claim's choice of rows (see ``Pick``): a SELECT of job ids and its parameters."""
+    clock, params = _time_sql(now)
+    table = connection.ops.quote_name(Job._meta.db_table)
+    where = [
+        "state = 'READY'",
+        "scope = %s",
+        f"(run_after IS NULL OR run_after <= {clock})",
+    ]
+    params = [pick.scope, *params]
+    if excluded:
+        where.append(f"job_id NOT IN ({_ids_sql()})")
+        params.append(_ids_param(list(excluded)))
+    if pick.unless_paused:
+        pauses = connection.ops.quote_name(ScopePause._meta.db_table)
+        where.append(f"NOT EXISTS (SELECT 1 FROM {pauses} WHERE scope = %s AND paused)")
+        params.append(pick.scope)
+    lock = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    sql = (
+        f"SELECT job_id FROM {table} WHERE {' AND '.join(where)} "
+        f"ORDER BY created_at, job_id LIMIT %s{lock}"
+    )
+    return sql, [*params, pick.limit]
+
+
+def _time_sql(value: dt.datetime | _DbClock) -> tuple[str, list[Any]]:
+    """A time as SQL: the statement's own clock (plus its offset), or a parameter."""
+    if isinstance(value, _DbClock):
+        if not value.offset:
+            return "statement_timestamp()", []
+        return "(statement_timestamp() + %s::interval)", [value.offset]
+    return "%s", [connection.ops.adapt_datetimefield_value(value)]
 
 
 def _assign(assignments: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
@@ -556,6 +785,10 @@ def _assign(assignments: Mapping[str, Any]) -> tuple[list[str], list[Any]]:
     for column, value in assignments.items():
         if isinstance(value, Sql):
             sets.append(f"{column} = {value}")
+        elif isinstance(value, _DbClock):
+            clock, clock_params = _time_sql(value)
+            sets.append(f"{column} = {clock}")
+            params += clock_params
         else:
             sets.append(f"{column} = %s")
             params.append(adapt(value) if isinstance(value, dt.datetime) else value)
@@ -579,22 +812,46 @@ def _pairs_sql() -> str:
     return "SELECT json_extract(value, '$.j'), json_extract(value, '$.c') FROM json_each(%s)"
 
 
-def _returning(full: bool) -> str:
-    """Every column in model order; without ``full`` the payload is only its sealed keys."""
+def _returning(full: bool, lean: Iterable[str] | None = None) -> str:
+    """Every column in model order; without ``full`` the payload is only its sealed keys; with
+    ``lean`` (the caller holds a copy of every row and takes back only these columns) the
+    others come back NULL, in place: less to send and parse (timestamps, mostly)."""
     if full:
         return f"RETURNING {', '.join(_COLUMNS)}"
-    columns = [f"{_seal_payload_sql()} AS payload" if c == "payload" else c for c in _COLUMNS]
+    keep = None if lean is None else {*_LEAN_ALWAYS, *lean}
+    columns = [
+        f"{_seal_payload_sql()} AS payload"
+        if c == "payload"
+        else c
+        if keep is None or c in keep
+        else f"{_null_of(c)} AS {c}"
+        for c in _COLUMNS
+    ]
     return f"RETURNING {', '.join(columns)}"
 
 
+def _null_of(column: str) -> str:
+    """A NULL of the column's type (PostgreSQL: one statement's moves are a UNION ALL)."""
+    if connection.vendor != "postgresql":
+        return "NULL"
+    return f"NULL::{Job._meta.get_field(_ATTNAME[column]).db_type(connection)}"
+
+
+# What a lean RETURNING always carries: the id, the seal's inputs, the new state and time.
+_LEAN_ALWAYS = frozenset(
+    {"job_id", "state", "updated_at", "fingerprint", "payload", *IMMUTABLE_COLUMNS}
+)
 _DATETIMES = tuple(
     i for i, f in enumerate(Job._meta.concrete_fields) if f.get_internal_type() == "DateTimeField"
 )
 _INDEX = {f.attname: i for i, f in enumerate(Job._meta.concrete_fields)}
+_ATTNAME = {f.column: f.attname for f in Job._meta.concrete_fields}
 _PAYLOAD = _INDEX["payload"]
 _FINGERPRINT = _INDEX["fingerprint"]
 _JOB_ID = _INDEX["job_id"]
 _JOB_TYPE = _INDEX["job_type"]
+_CREATED = _INDEX["created_at"]
+_UPDATED = _INDEX["updated_at"]
 # The named transaction points of the job writer (core.faults; test-only).
 _FAULT_POINTS = {
     S.CLAIMED: "claim",
@@ -605,11 +862,25 @@ _FAULT_POINTS = {
 }
 
 
-def _rows_from(cursor) -> dict[str, list[Any]]:
+def _fault_points(allowed: tuple[str, ...], to: str | None) -> list[str]:
+    """The fault points a write passes (a claim that also begins passes both)."""
+    if to == S.EXECUTING and allowed == (S.READY,):
+        return ["claim", "begin"]
+    return [_FAULT_POINTS[to]] if to in _FAULT_POINTS else []
+
+
+def _rows_from(fetched: Iterable[Sequence[Any]]) -> dict[str, list[Any]]:
     """RETURNING rows by id, columns in model order, datetimes aware and JSON parsed (SQLite
-    hands back naive datetimes and JSON text)."""
+    hands back naive datetimes and JSON text; Django has psycopg hand back JSON as text)."""
     rows: dict[str, list[Any]] = {}
-    for raw in cursor.fetchall():
+    if connection.vendor == "postgresql":
+        for raw in fetched:
+            row = list(raw)
+            if isinstance(row[_PAYLOAD], str):
+                row[_PAYLOAD] = json.loads(row[_PAYLOAD])
+            rows[row[_JOB_ID]] = row
+        return rows
+    for raw in fetched:
         row = list(raw)
         for i in _DATETIMES:
             if row[i] is not None:
@@ -634,11 +905,13 @@ def _into(mine: Job, row: list[Any], names: Iterable[str]) -> Job:
     return mine
 
 
-def _sealed(row: list[Any]) -> bool:
-    """The seal check on a returned row (its ``state`` is already the new one)."""
+def _sealed(row: list[Any], *, required: bool = False) -> bool:
+    """The seal check on a returned row (its ``state`` is already the new one). An empty
+    fingerprint passes where the UPDATE's WHERE allowed it (an unsealed state); ``required``:
+    the row came from a sealed state, so an empty one is a drift too."""
     sealed = row[_FINGERPRINT]
     if not sealed:
-        return True
+        return not required
     columns = {name: row[_INDEX[name]] for name in IMMUTABLE_COLUMNS}
     return sealed == compute_fingerprint(columns=columns, payload=row[_PAYLOAD] or {})
 
@@ -1011,7 +1284,7 @@ ev AS (
     ORDER BY ins.created_at, e.k
 )
 SELECT job_id, created_at FROM ins"""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, [at, json.dumps(rows), json.dumps(events)])
         return dict(cursor.fetchall())
 
@@ -1241,26 +1514,15 @@ def claim_next_jobs(
     """Claim up to ``limit`` READY jobs of ``scope`` in claim order, atomically; a job whose
     ``run_after`` is still ahead waits.
 
-    The ids are picked in claim order — on PostgreSQL with FOR UPDATE SKIP LOCKED, so
-    concurrent claimers take different rows; SQLite's IMMEDIATE transaction serialises them —
-    and moved by the one guarded UPDATE. A job whose seal broke is refused (and recorded) and
-    another is picked in its place.
+    The one guarded UPDATE picks its rows itself (``Pick``): in claim order, on PostgreSQL
+    with FOR UPDATE SKIP LOCKED, so concurrent claimers take different rows; SQLite's
+    IMMEDIATE transaction serialises them. A job whose seal broke is refused (and recorded)
+    and another is picked in its place.
     """
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     if not worker_id:
         raise ValueError("claim_next_jobs needs a worker_id")
-
-    def pick(now: dt.datetime, skip: list[str]) -> list[str]:
-        qs = (
-            Job.objects.filter(state=S.READY, scope=scope)
-            .filter(Q(run_after__isnull=True) | Q(run_after__lte=now))
-            .order_by("created_at", "job_id")
-        )
-        if skip:
-            qs = qs.exclude(job_id__in=skip)
-        return list(locked(qs, skip_locked=True).values_list("job_id", flat=True)[:limit])
-
     return _move(
         [],
         to=S.CLAIMED,
@@ -1268,9 +1530,155 @@ def claim_next_jobs(
         actor=worker_id,
         values=lambda now: _claim_values(worker_id, now, _lease(now, lease_seconds)),
         events=_claim_events(worker_id),
-        pick=pick,
+        pick=Pick(scope, limit),
         at=at,
     ).jobs
+
+
+def claim_and_begin_jobs(
+    *,
+    scope: str,
+    worker_id: str,
+    lease_seconds: int,
+    limit: int,
+    authorize: Callable[[Job], bool],
+    at: dt.datetime | None = None,
+) -> list[Job]:
+    """READY → CLAIMED → EXECUTING in one guarded UPDATE: the executor's claim of jobs it
+    begins at once (idempotent types that need no approval; DESIGN §1.3's two edges, both
+    recorded), the next ``limit`` of ``scope`` in claim order unless the scope is paused.
+
+    Each moved job records CLAIMED, STARTED and AUTHORIZED (the executor's checks: schema and
+    seal) — on PostgreSQL in the claiming statement itself. It runs in the caller's transaction
+    with no savepoint of its own: ``authorize`` (the executor's checks of each claimed job,
+    before the commit) refusing a row, or a drifted seal, raises ``BatchRefused`` and the
+    caller's rollback undoes the claim and its events (nothing is kept); the caller then claims
+    step by step (``claim_next_jobs``, ``begin_jobs``), which refuses and records each row on
+    its own. The intermediate CLAIMED state is never visible to anyone: with separate steps
+    the claim and the begin of these jobs commit together too.
+    """
+    claim = _claim_and_begin_move(scope, worker_id, lease_seconds, limit, authorize, at)
+    return _moves([claim])[0].jobs
+
+
+def finish_and_claim_jobs(
+    outcomes: Sequence[Outcome],
+    *,
+    scope: str,
+    worker_id: str,
+    lease_seconds: int,
+    limit: int,
+    authorize: Callable[[Job], bool],
+    at: dt.datetime | None = None,
+) -> tuple[Moved, list[Job]]:
+    """The executor's turn as one write: its ``outcomes`` recorded (``finish_jobs``) and the
+    next batch claimed and begun (``claim_and_begin_jobs``), in the caller's transaction with
+    no savepoint of its own; refusals raise ``BatchRefused`` as there.
+
+    On PostgreSQL, outcomes that are all one final state and code (the usual turn: every job
+    SUCCEEDED) and the claim are one statement — one round trip for the whole turn; other
+    outcomes (a retry, a mix) are recorded first, then the claim is made.
+    """
+    claim = _claim_and_begin_move(scope, worker_id, lease_seconds, limit, authorize, at)
+    if not outcomes:
+        return Moved(), _moves([claim])[0].jobs
+    groups = _outcome_groups(outcomes)
+    to, result_code, error, _retry_in = next(iter(groups))
+    if connection.vendor != "postgresql" or len(groups) > 1 or to == S.READY:
+        finished = finish_jobs(outcomes, actor=worker_id, savepoint=False, at=at)
+        return finished, _moves([claim])[0].jobs
+    values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
+    if error:
+        values["last_error"] = error
+    finishing = _Move(
+        [Held.of(o.job) for o in outcomes],
+        to,
+        (S.EXECUTING,),
+        worker_id,
+        _outcome_events(worker_id, {o.job.job_id: o for o in outcomes}),
+        values=values,
+        fence="holder",
+        fail_closed=True,
+        savepoint=False,
+        events_ahead=True,
+        full=False,
+        at=at,
+    )
+    finished, claimed = _moves([finishing, claim])
+    return finished, claimed.jobs
+
+
+def _claim_and_begin_move(
+    scope: str,
+    worker_id: str,
+    lease_seconds: int,
+    limit: int,
+    authorize: Callable[[Job], bool],
+    at: dt.datetime | None,
+) -> _Move:
+    """``claim_and_begin_jobs``'s move."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    if not worker_id:
+        raise ValueError("claim_and_begin_jobs needs a worker_id")
+    claimed = _claim_events(worker_id)
+
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        checks = _authorized_checks(job)
+        return [
+            *claimed(job, before, now),
+            _event(job, EventType.STARTED, worker_id, now, S.CLAIMED, S.EXECUTING),
+            _event(job, EventType.AUTHORIZED, worker_id, now, S.CLAIMED, S.EXECUTING, **checks),
+        ]
+
+    return _Move(
+        [],
+        S.EXECUTING,
+        (S.READY,),
+        worker_id,
+        events,
+        values=lambda now: _claim_values(worker_id, now, _lease(now, lease_seconds)),
+        row_events=_CLAIM_AND_BEGIN_EVENTS,
+        accept=authorize,
+        pick=Pick(scope, limit, unless_paused=True),
+        fail_closed=True,
+        savepoint=False,
+        at=at,
+    )
+
+
+def _authorized_checks(job: Job) -> dict[str, Any]:
+    """What AUTHORIZED records for a job the executor checked and may begin at once: its
+    schema validated and its seal (approval types add the approval; see the executor)."""
+    return {"schema": "ok", "fingerprint": job.fingerprint}
+
+
+def _iso_sql(column: str) -> str:
+    """``datetime.isoformat()`` of a UTC timestamp column, in SQL (the events' own format)."""
+    utc = f"({column} AT TIME ZONE 'UTC')"
+    return (
+        f"to_char({utc}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN "
+        f"date_part('microseconds', {utc})::bigint %% 1000000 = 0 THEN '' "
+        f"ELSE to_char({utc}, '.US') END || '+00:00'"
+    )
+
+
+# CLAIMED, STARTED and AUTHORIZED as SQL over the claimed row (``claim_and_begin_jobs`` on
+# PostgreSQL): the same details ``_claim_events``, ``_begin_events`` and ``_authorized_checks``
+# build in Python.
+_CLAIM_AND_BEGIN_EVENTS = (
+    RowEvent(
+        EventType.CLAIMED,
+        "jsonb_build_object('from', 'READY', 'to', 'CLAIMED', 'claim_id', r.claim_id, "
+        f"'attempt', r.attempt_count, 'lease_until', {_iso_sql('r.lease_until')})",
+    ),
+    RowEvent(EventType.STARTED, "jsonb_build_object('from', 'CLAIMED', 'to', 'EXECUTING')"),
+    RowEvent(
+        EventType.AUTHORIZED,
+        "jsonb_build_object('from', 'CLAIMED', 'to', 'EXECUTING', 'schema', 'ok', "
+        "'fingerprint', r.fingerprint)",
+    ),
+)
 
 
 def claim_job(
@@ -1421,6 +1829,7 @@ def _begin(
         fence="holder",
         lease="running" if lease_seconds is not None else None,
         fail_closed=fail_closed,
+        events_ahead=True,
         full=full,
         why="the lease lapsed before the job began",
         at=at,
@@ -1542,22 +1951,14 @@ def _finish(
     full: bool,
     held: Callable[[Outcome], Held],
     at: dt.datetime | None,
+    savepoint: bool = True,
 ) -> Moved:
-    groups: dict[tuple[str, str, str, float | None], list[Outcome]] = {}
-    for outcome in outcomes:
-        if outcome.to not in _FINISH_EVENT or (outcome.to == S.READY) != (
-            outcome.retry_in is not None
-        ):
-            raise ValueError(f"not an outcome state: {outcome.to} (retry_in={outcome.retry_in})")
-        if outcome.retry_in is not None and not 0 <= outcome.retry_in < 10**7:
-            raise ValueError(f"retry_in must be from 0 to 10^7 seconds, got {outcome.retry_in}")
-        key = (outcome.to, outcome.result_code, outcome.error, outcome.retry_in)
-        groups.setdefault(key, []).append(outcome)
+    groups = _outcome_groups(outcomes)
     by_id = {o.job.job_id: o for o in outcomes}
     result = Moved()
     # One UPDATE per distinct outcome, usually one; several share one transaction and clock.
     several = len(groups) > 1
-    with transaction.atomic() if several else contextlib.nullcontext():
+    with transaction.atomic(savepoint=savepoint) if several else contextlib.nullcontext():
         now = db_now(at) if several else at
         parts: dict[str, Moved] = {}
         for (to, result_code, error, retry_in), group in groups.items():
@@ -1574,6 +1975,8 @@ def _finish(
                 events=_outcome_events(actor, by_id),
                 fence="holder",
                 fail_closed=fail_closed,
+                savepoint=savepoint,
+                events_ahead=True,
                 full=full,
                 at=now,
                 **retry,
@@ -1587,6 +1990,23 @@ def _finish(
             result.add(job_id)
             result.jobs.extend(j for j in parts[job_id].jobs if j.job_id == job_id)
     return result
+
+
+def _outcome_groups(
+    outcomes: Sequence[Outcome],
+) -> dict[tuple[str, str, str, float | None], list[Outcome]]:
+    """The outcomes by what their UPDATE assigns (one UPDATE each), checked."""
+    groups: dict[tuple[str, str, str, float | None], list[Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.to not in _FINISH_EVENT or (outcome.to == S.READY) != (
+            outcome.retry_in is not None
+        ):
+            raise ValueError(f"not an outcome state: {outcome.to} (retry_in={outcome.retry_in})")
+        if outcome.retry_in is not None and not 0 <= outcome.retry_in < 10**7:
+            raise ValueError(f"retry_in must be from 0 to 10^7 seconds, got {outcome.retry_in}")
+        key = (outcome.to, outcome.result_code, outcome.error, outcome.retry_in)
+        groups.setdefault(key, []).append(outcome)
+    return groups
 
 
 def _retry_guard(
@@ -1612,23 +2032,34 @@ def _retry_guard(
     }
 
 
-def finish_jobs(outcomes: Sequence[Outcome], *, actor: str, at: dt.datetime | None = None) -> Moved:
+def finish_jobs(
+    outcomes: Sequence[Outcome],
+    *,
+    actor: str,
+    savepoint: bool = True,
+    at: dt.datetime | None = None,
+) -> Moved:
     """EXECUTING → SUCCEEDED / FAILED / OUTCOME_UNKNOWN for a holder's batch, each outcome
     committed with its EXECUTED event (one UPDATE per distinct outcome, usually one); an
     outcome to READY with ``retry_in`` is a retry (see ``schedule_retry``).
 
-    Fail closed like ``begin_jobs``; the copies in the outcomes are updated in place.
+    Fail closed like ``begin_jobs``; the copies in the outcomes are updated in place. With
+    ``savepoint=False`` it runs in the caller's transaction with no savepoint of its own and
+    a drift raises ``BatchRefused`` out of it (the caller's rollback undoes the batch).
     """
     try:
         return _finish(
             outcomes,
             actor=actor,
-            fail_closed=len(outcomes) > 1,
+            fail_closed=len(outcomes) > 1 or not savepoint,
             full=False,
             held=lambda o: Held.of(o.job),
             at=at,
+            savepoint=savepoint,
         )
     except _BatchDrift as exc:
+        if not savepoint:
+            raise
         return _undone([o.job for o in outcomes], exc)
 
 

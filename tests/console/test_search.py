@@ -94,9 +94,9 @@ def test_search_reads_each_identifier_as_an_index_range_in_one_query(transaction
         # One index scan per identifier; the pattern-ops indexes serve LIKE.
         for index in (
             "inbox_job_job_id_6678ca10_like",
-            "job_object_prefix_idx",
+            "job_object_idx",
             "inbox_job_idempotency_key_d70ebe5a_like",
-            "job_mission_prefix_idx",
+            "job_mission_idx",
         ):
             assert index in plan, plan
         assert "Seq Scan" not in plan
