@@ -69,10 +69,10 @@ def record_event(
 def record_events(events: Iterable[Event]) -> int:
     """Append many events in one INSERT (batch claims, batched job steps, sweeps).
 
-    Events that carry their time (every transition's do) go in as one plain
-    ``INSERT … SELECT`` from a JSON array: the executor's hot path writes two to twenty rows per
-    statement, and building model instances for ``bulk_create`` cost more than the insert
-    itself. Rows are inserted in the given order. Returns the number of rows written.
+    Events that carry their time (every transition's do) go in as plain INSERTs, not model
+    instances (``bulk_create`` cost more than the insert itself): on PostgreSQL one
+    ``INSERT … SELECT`` from a JSON array, on SQLite one prepared row INSERT per event. Rows
+    are inserted in the given order. Returns the number of rows written.
     """
     items = list(events)
     if not items:
@@ -97,17 +97,29 @@ def record_events(events: Iterable[Event]) -> int:
         for item in items
     ]
     columns = "job_id, run_id, event_type, actor, result_code, detail, created_at"
-    # The rows travel as one JSON array: the statement text is the same for any number of
-    # rows (the driver parses and caches it once), and one json.dumps in C encodes them all.
-    if connection.vendor == "postgresql":
-        source = (
-            f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS x(job_id text, "
-            "run_id text, event_type text, actor text, result_code text, detail jsonb, "
-            "created_at timestamptz)"
-        )
-    else:
-        picks = ", ".join(f"json_extract(value, '$.{c}')" for c in columns.split(", "))
-        source = f"SELECT {picks} FROM json_each(%s) ORDER BY key"
+    if connection.vendor != "postgresql":
+        # SQLite: one prepared single-row INSERT run for each row (executemany). Reading the
+        # rows out of one JSON text with json_extract would parse it once per column.
+        params = [
+            (
+                *(r[c] for c in ("job_id", "run_id", "event_type", "actor", "result_code")),
+                json.dumps(r["detail"]),
+                r["created_at"],
+            )
+            for r in rows
+        ]
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)", params
+            )
+        return len(items)
+    # PostgreSQL: the rows travel as one JSON array, so the statement text is the same for
+    # any number of rows (prepared once), and one json.dumps in C encodes them all.
+    source = (
+        f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS x(job_id text, "
+        "run_id text, event_type text, actor text, result_code text, detail jsonb, "
+        "created_at timestamptz)"
+    )
     with prepared_cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) {source}", [json.dumps(rows)])
     return len(items)

@@ -1290,31 +1290,33 @@ SELECT job_id, created_at FROM ins"""
 
 
 def _insert_jobs(jobs: list[Job]) -> set[str]:
-    """SQLite: one INSERT of ``jobs``; the ids stored (a key already present is skipped)."""
+    """SQLite: the jobs inserted one prepared row INSERT each, in the caller's transaction;
+    the ids stored (a key already present is skipped: ON CONFLICT DO NOTHING). A JSON array
+    read back with json_extract would be parsed once per column of every row."""
     adapt = connection.ops.adapt_datetimefield_value
-    rows = []
-    for job in jobs:
-        row = {c: getattr(job, c) for c in _INSERT_COLUMNS}
-        for name in ("run_after", "created_at", "updated_at"):
-            if row[name] is not None:
-                row[name] = str(adapt(row[name]))
-        rows.append(row)
     columns = ", ".join(_INSERT_COLUMNS)
     table = connection.ops.quote_name(Job._meta.db_table)
-    picks = ", ".join(
-        f"json_extract(value, '$.{c}')"
-        if c != "payload"
-        else "json(json_extract(value, '$.payload'))"
-        for c in _INSERT_COLUMNS
-    )
+    marks = ", ".join(["%s"] * len(_INSERT_COLUMNS))
     sql = (
         f"INSERT INTO {table} ({columns}, attempt_count, worker_id, claim_id, result_code, "
-        f"last_error, note) SELECT {picks}, 0, '', '', '', '', '' FROM json_each(%s) "
-        "WHERE true ORDER BY key ON CONFLICT DO NOTHING RETURNING job_id"
+        f"last_error, note) VALUES ({marks}, 0, '', '', '', '', '') ON CONFLICT DO NOTHING"
     )
+    stored: set[str] = set()
     with connection.cursor() as cursor:
-        cursor.execute(sql, [json.dumps(rows)])
-        return {row[0] for row in cursor.fetchall()}
+        for job in jobs:
+            row = [getattr(job, c) for c in _INSERT_COLUMNS]
+            row[_INSERT_PAYLOAD] = json.dumps(row[_INSERT_PAYLOAD])
+            for i in _INSERT_TIMES:
+                if row[i] is not None:
+                    row[i] = str(adapt(row[i]))
+            cursor.execute(sql, row)
+            if cursor.rowcount == 1:
+                stored.add(job.job_id)
+    return stored
+
+
+_INSERT_PAYLOAD = _INSERT_COLUMNS.index("payload")
+_INSERT_TIMES = tuple(_INSERT_COLUMNS.index(c) for c in ("run_after", "created_at", "updated_at"))
 
 
 def _existing_for_replay(new: Job) -> Job:
