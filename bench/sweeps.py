@@ -44,7 +44,7 @@ UPDATE inbox_job j SET state = CASE WHEN mod(p.n, 2) = 0 THEN 'CLAIMED' ELSE 'EX
     claimed_at = statement_timestamp() - interval '5 minutes',
     lease_until = statement_timestamp() - interval '1 minute'
 FROM (SELECT job_id, row_number() OVER (ORDER BY job_id) AS n FROM inbox_job
-      WHERE state = 'READY' ORDER BY job_id LIMIT %(n)s) p
+      WHERE state IN ('READY', 'SUCCEEDED') ORDER BY job_id LIMIT %(n)s) p
 WHERE j.job_id = p.job_id
 """
 
@@ -56,9 +56,17 @@ WHERE j.job_id = p.job_id
 RETURNING j.job_id, j.vault_path, j.payload->>'delete_request_id'
 """
 
+COUNT_SQL = """
+SELECT count(*) FILTER (WHERE state IN ('CLAIMED', 'EXECUTING')
+                          AND lease_until < statement_timestamp()),
+       count(*) FILTER (WHERE state = 'OUTCOME_UNKNOWN')
+FROM inbox_job
+"""
 
-def setup_repeat(args: argparse.Namespace, vault: str) -> None:
-    """Exactly --lapsed lapsed leases and --unknown unknown outcomes (half still present)."""
+
+def setup_repeat(args: argparse.Namespace, vault: str) -> tuple[int, int]:
+    """Exactly --lapsed lapsed leases and --unknown unknown outcomes (half still present);
+    returns the lapsed and unknown counts read back (the check that the setup did that)."""
     import psycopg
 
     with psycopg.connect(bl.pg_url(DB), autocommit=True) as conn:
@@ -66,6 +74,7 @@ def setup_repeat(args: argparse.Namespace, vault: str) -> None:
         conn.execute(LAPSE_SQL, {"n": args.lapsed})
         rows = conn.execute(UNKNOWN_SQL, {"n": args.unknown}).fetchall()
         conn.execute("VACUUM (ANALYZE) inbox_job")
+        lapsed, unknown = conn.execute(COUNT_SQL).fetchone()
     shutil.rmtree(vault, ignore_errors=True)
     for n, (job_id, path, _rid) in enumerate(rows):
         if n % 2:
@@ -75,6 +84,7 @@ def setup_repeat(args: argparse.Namespace, vault: str) -> None:
         number = job_id.removeprefix("job-").lstrip("0")
         with open(target, "w", encoding="utf-8") as fh:
             fh.write(f"old {number}")  # the content whose hash the DELETE expects
+    return lapsed, unknown
 
 
 def main() -> None:
@@ -132,7 +142,8 @@ def main() -> None:
     transaction.Atomic.__enter__, transaction.Atomic.__exit__ = timed_enter, timed_exit
     rows = []
     for repeat in range(1, args.repeats + 1):
-        setup_repeat(args, vault)
+        lapsed, unknown = setup_repeat(args, vault)
+        bl.say(f"  repeat {repeat}: {lapsed:,} lapsed leases, {unknown:,} unknown outcomes")
         spans.clear()
         t = time.perf_counter()
         report = recover_stale_claims_report(actor="bench-sweeper")

@@ -23,6 +23,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -558,6 +559,14 @@ def _conclude(
             faults.point(f"{point}:{job_type}")
     record_events(moved_events)
     return rows, plan.refused, plan.stale, plan.drifted, targets
+
+
+def _snapshot(job: Job) -> Job:
+    """A shallow copy of a row as read, kept while the original is updated in place (a
+    fraction of ``copy.copy``'s cost: no pickling protocol; the two share ``_state``)."""
+    clone = Job.__new__(Job)
+    clone.__dict__ = job.__dict__.copy()
+    return clone
 
 
 def _copy(item: Held) -> Job:
@@ -2298,17 +2307,22 @@ def recover_stale_claims_report(
     at: dt.datetime | None = None,
     dry_run: bool = False,
     actor: str = "sweeper",
-    batch: int = 500,
+    batch: int = 1000,
 ) -> RecoveryReport:
     """Apply §1.3's lapsed-lease rules to every held job whose lease ended strictly before now.
 
-    Works in batches of ``batch`` rows, each one short transaction: lock the lapsed rows, group
-    them by where they go, one guarded UPDATE per group (claim and lapse re-checked).
+    Works in batches of at most ``batch`` rows, each one short transaction: lock the lapsed
+    rows, group them by where they go, one guarded UPDATE per group (claim and lapse
+    re-checked). The batch size follows the time a transaction took, aiming at
+    ``SWEEP_TRANSACTION_SECONDS``: on a slow or busy database the batches shrink, so no row
+    stays locked for long whatever the machine; on a fast one they grow to ``batch``.
     """
     now = db_now(at)
     report = RecoveryReport()
     refused: list[str] = []
+    size = min(batch, _SWEEP_FIRST_BATCH)
     while True:
+        began = time.monotonic()
         with transaction.atomic():
             qs = Job.objects.lapsed(now).order_by("lease_until", "job_id")
             if refused:
@@ -2318,7 +2332,7 @@ def recover_stale_claims_report(
                 for job in qs:
                     report.count(job, lapsed_outcome(job))
                 return report
-            candidates = list(locked(qs, skip_locked=True)[:batch])
+            candidates = list(locked(qs, skip_locked=True)[:size])
             groups: dict[str, list[Job]] = {}
             for job in candidates:
                 groups.setdefault(lapsed_outcome(job), []).append(job)
@@ -2328,8 +2342,10 @@ def recover_stale_claims_report(
                 for job in jobs:
                     by_attempts.setdefault(job.attempt_count, []).append(job)
                 for attempts, part in by_attempts.items():
+                    # The rows as read (the events' "before"); ``part`` is updated in place.
+                    seen = {job.job_id: _snapshot(job) for job in part}
                     moved = _move(
-                        [Held(job.job_id, job.claim_id) for job in part],
+                        [Held.of(job) for job in part],
                         to=to,
                         allowed=HELD_STATES,
                         actor=actor,
@@ -2337,7 +2353,7 @@ def recover_stale_claims_report(
                         events=_recovery_events(actor, to),
                         fence="observed",
                         lease="lapsed",
-                        prior=lambda part=part: {job.job_id: job for job in part},
+                        prior=lambda seen=seen: seen,
                         why="the lease was renewed or the claim changed meanwhile",
                         at=now,
                     )
@@ -2347,10 +2363,28 @@ def recover_stale_claims_report(
                     for job_id, exc in moved.refused.items():
                         report.refused.append(f"{job_id}: {exc}")
                         refused.append(job_id)
-        if len(candidates) < batch:
+        if len(candidates) < size:
             # What is still lapsed and not refused was locked by someone else: skipped.
             report.busy = capped_count(Job.objects.lapsed(now).exclude(job_id__in=refused))
             return report
+        size = _next_sweep_batch(size, time.monotonic() - began, batch)
+
+
+def _next_sweep_batch(size: int, took: float, most: int) -> int:
+    """Halve the batch after a transaction longer than the aim, double it (up to ``most``)
+    after one shorter than half of it."""
+    if took > SWEEP_TRANSACTION_SECONDS:
+        return max(min(most, _SWEEP_MIN_BATCH), size // 2)
+    if took < SWEEP_TRANSACTION_SECONDS / 2:
+        return min(most, size * 2)
+    return size
+
+
+# The sweep's transactions aim at this length (a quarter of the 1 s a row may stay locked);
+# the first batch is small because it also measures the machine.
+SWEEP_TRANSACTION_SECONDS = 0.25
+_SWEEP_FIRST_BATCH = 100
+_SWEEP_MIN_BATCH = 10
 
 
 def recover_stale_claims(*, at: dt.datetime | None = None) -> int:

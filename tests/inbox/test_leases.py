@@ -258,6 +258,29 @@ def test_recover_report_counts_match_what_moved():
     assert transitions.recover_stale_claims(at=at) == 0  # nothing left to do
 
 
+def test_recover_batches_shrink_when_transactions_run_long_and_still_finish(monkeypatch):
+    # Every transaction counts as too long: the batches go 4, 2, 1, 1, … and the sweep must
+    # still move every lapsed job (it stops only on a batch shorter than the current size).
+    monkeypatch.setattr(transitions, "SWEEP_TRANSACTION_SECONDS", 0.0)
+    monkeypatch.setattr(transitions, "_SWEEP_MIN_BATCH", 1)
+    ids = _mixed_lapsed_pool()
+    at = T0 + dt.timedelta(seconds=LEASE + 1)
+    report = transitions.recover_stale_claims_report(at=at, batch=4)
+    assert report.total == 7
+    assert ids["fresh"][0] not in report.job_ids
+    assert transitions.recover_stale_claims(at=at) == 0
+
+
+def test_sweep_batch_follows_the_transaction_time():
+    aim = transitions.SWEEP_TRANSACTION_SECONDS
+    assert transitions._next_sweep_batch(400, aim * 3, 1000) == 200
+    assert transitions._next_sweep_batch(400, aim / 4, 1000) == 800
+    assert transitions._next_sweep_batch(800, aim / 4, 1000) == 1000
+    assert transitions._next_sweep_batch(400, aim * 0.75, 1000) == 400
+    assert transitions._next_sweep_batch(10, aim * 3, 1000) == 10  # the floor
+    assert transitions._next_sweep_batch(4, aim * 3, 4) == 4  # a floor above the cap: the cap
+
+
 # --- one clock: the database's ----------------------------------------------------------------
 
 
