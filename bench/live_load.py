@@ -28,7 +28,7 @@ Measured, rounds alternating quiet / loaded (``--repeats`` each, default 2):
   version the page shows (what a poll of an unchanged page costs) and then without one (a poll
   that must render); CPU of the gunicorn workers plus PostgreSQL's processes, per request.
 
-    .venv/bin/python bench/live_load.py                          # N=20,000, 50 operators
+    .venv/bin/python bench/live_load.py                          # N=10,000, 50 operators
     .venv/bin/python bench/live_load.py --jobs 3000 --repeats 2  # what `make bench` runs
 """
 
@@ -548,7 +548,7 @@ def main() -> None:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--jobs", type=int, default=20000, help="jobs per drain (20,000)")
+    parser.add_argument("--jobs", type=int, default=10000, help="jobs per drain (10,000)")
     parser.add_argument("--repeats", type=int, default=2, help="quiet and loaded rounds (2 each)")
     parser.add_argument("--operators", type=int, default=50, help="simulated operators (50)")
     parser.add_argument("--history", type=int, default=100000, help="finished jobs (100,000)")
