@@ -14,8 +14,8 @@ approvals, audit log) and then does what the page's own HTML tells a browser to 
 with ``data-poll`` and ``hx-trigger="every Ns"`` is requested every N seconds (random phase) as
 htmx would (``HX-Request``, ``HX-Target``/``HX-Trigger`` = the element's id, ``?v=`` when it
 carries ``data-v``, as static/js/console.js adds it), and the version it shows is taken from each
-answer. A job page that stops polling (the job is final) is left for another job of the round
-after one poll interval. The refresh rates are therefore the templates', whatever they are.
+answer. A job page that stops polling (the job is final) is read for ``READ_SECONDS`` (10), then
+left for another job of the round. The refresh rates are therefore the templates', whatever they are.
 
 Measured, rounds alternating quiet / loaded (``--repeats`` each, default 2):
 - **drain rate**: N jobs bulk-loaded READY, K ``run_executor --exit-when-idle`` processes (the
@@ -74,6 +74,8 @@ PATHS = {
     "audit": "/audit/",
 }
 STORES = ("store-a", "store-b", "store-c")
+# How long an operator reads a job's page that stopped polling (final) before opening another.
+READ_SECONDS = 10
 TAG = re.compile(r"<([a-zA-Z]+)\s([^>]*)>")
 ATTR = re.compile(r'([\w:-]+)="([^"]*)"')
 EVERY = re.compile(r"every\s+(\d+(?:\.\d+)?)s")
@@ -256,7 +258,7 @@ class Load:
         while not self.stop.is_set():
             if not active:
                 # A final job's page no longer polls: read it, then open another job.
-                if self.stop.wait(3 if page == "job" else 1):
+                if self.stop.wait(READ_SECONDS):
                     break
                 path, active = self.open_page(conn, session, page)
                 continue
