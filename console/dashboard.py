@@ -19,6 +19,7 @@ from django.shortcuts import render
 
 from console.htmx import region_template, unchanged, version_of
 from console.policy import ActionContext, page
+from console.templatetags.console_tags import duration_words
 from core.clock import db_now
 from inbox import selectors
 from runs.selectors import active_runs, stuck_reasons
@@ -80,12 +81,28 @@ def _runs_version(context: dict[str, Any]) -> str:
     )
 
 
+def _ready_version(context: dict[str, Any]) -> str:
+    # The oldest job's age as the region words it (and colours it), not to the second.
+    return version_of(
+        [
+            (
+                ready.scope,
+                ready.buckets,
+                None if ready.oldest_seconds is None else duration_words(ready.oldest_seconds),
+                (ready.oldest_seconds or 0) >= 300,
+                (ready.oldest_seconds or 0) >= 900,
+            )
+            for ready in context["ready_ages"]
+        ]
+    )
+
+
 # What each region shows, without the clock: its version (``data-v``).
 VERSIONS: dict[str, Callable[[dict[str, Any]], str]] = {
     "dashboard-counts": lambda c: version_of(c["counts"]),
     "dashboard-alerts": lambda c: version_of(c["alerts"], c["stuck_runs"]),
     "dashboard-throughput": lambda c: version_of(c["throughput"]),
-    "dashboard-ready": lambda c: version_of(c["ready_ages"]),
+    "dashboard-ready": _ready_version,
     "dashboard-runs": _runs_version,
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import html
 import re
+import time
 
 import pytest
 from django.db import connection
@@ -157,3 +158,15 @@ def test_store_live_poll_unchanged_is_204_and_a_close_makes_it_200(client, viewe
     assert response.status_code == 200
     assert "abandoned" in response.text
     assert _poller(response.content.decode(), live_id)[1] != version
+
+
+def test_dashboard_ready_poll_is_204_while_the_oldest_age_reads_the_same(client, viewer):
+    """The region words the oldest READY job's age in minutes: seconds passing change nothing."""
+    make_job("noop", at=transitions.db_now() - dt.timedelta(seconds=10 * 60 + 30))
+    url, version = _poller(client.get(reverse("console:home")).content.decode(), "dashboard-ready")
+    time.sleep(1.1)  # the oldest job is a second older: the words are the same
+    assert _poll(client, "dashboard-ready", url, version).status_code == 204
+    make_job("noop")
+    response = _poll(client, "dashboard-ready", url, version)
+    assert response.status_code == 200
+    assert "oldest waits 10 min" in response.text
