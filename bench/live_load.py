@@ -15,21 +15,23 @@ with ``data-poll`` and ``hx-trigger="every Ns"`` is requested every N seconds (r
 htmx would (``HX-Request``, ``HX-Target``/``HX-Trigger`` = the element's id, ``?v=`` when it
 carries ``data-v``, as static/js/console.js adds it), and the version it shows is taken from each
 answer. A job page that stops polling (the job is final) is read for ``READ_SECONDS`` (10), then
-left for another job of the round. The refresh rates are therefore the templates', whatever they are.
+left for another job of the round. The refresh rates are therefore the templates', whatever they
+are.
 
-Measured, rounds alternating quiet / loaded (``--repeats`` each, default 2):
+Measured, rounds alternating quiet / loaded (``--repeats`` each, default 3):
 - **drain rate**: N jobs bulk-loaded READY, K ``run_executor --exit-when-idle`` processes (the
   throughput benchmark's ``drain_ours``: N / first claim → last completion, read back from the
   database); quiet = no operator, loaded = the operators polling from before the first executor
   starts to after the last exits;
-- **page latency** under load: p50/p95 per poller (and per full page load), requests sent during
-  the drains only;
+- **page latency** under load: p50/p95 per poller (and per full page load), requests sent from
+  the start of the executors to the round's read-back (the drain and the processes' start-up);
 - **cost of one poll**, with nothing draining: M sequential requests per poller, first with the
   version the page shows (what a poll of an unchanged page costs) and then without one (a poll
   that must render); CPU of the gunicorn workers plus PostgreSQL's processes, per request.
 
-    .venv/bin/python bench/live_load.py                          # N=10,000, 50 operators
-    .venv/bin/python bench/live_load.py --jobs 3000 --repeats 2  # what `make bench` runs
+    .venv/bin/python bench/live_load.py                          # N=20,000, 3 repeats, 50 operators
+    .venv/bin/python bench/live_load.py --jobs 3000 --repeats 2 --history 20000 --poll-requests 30
+    # (the last line is what `make bench` runs)
 """
 
 from __future__ import annotations
@@ -496,7 +498,7 @@ def report(
         f"{sum(d.client_cpu_s for d in loaded_rounds):.1f} s",
         f"- errors: {dict(errors) if errors else 'none'}",
         "",
-        "## Page latency under load (requests sent during the drains)",
+        "## Page latency under load (requests sent while the executors start, drain and exit)",
         "",
         bl.table(
             ["poller / page", "requests", "statuses", "p50 ms", "p95 ms", "max ms"],
@@ -550,8 +552,8 @@ def main() -> None:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--jobs", type=int, default=10000, help="jobs per drain (10,000)")
-    parser.add_argument("--repeats", type=int, default=2, help="quiet and loaded rounds (2 each)")
+    parser.add_argument("--jobs", type=int, default=20000, help="jobs per drain (20,000)")
+    parser.add_argument("--repeats", type=int, default=3, help="quiet and loaded rounds (3 each)")
     parser.add_argument("--operators", type=int, default=50, help="simulated operators (50)")
     parser.add_argument("--history", type=int, default=100000, help="finished jobs (100,000)")
     parser.add_argument("--web-workers", type=int, default=2, help="gunicorn workers (2)")

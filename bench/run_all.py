@@ -10,8 +10,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
     prune       --jobs 50000 (delete the finished ones older than a day, in batches of 500)
     sweeps      --jobs 50000 --lapsed 2000 --unknown 200 --repeats 1 (sweep and auto-reconcile)
     txn_lengths --jobs 300 (SQLite: the longest write transaction of each worker)
-    live_load   --jobs 3000 --history 20000 --poll-requests 30 (50 operators polling while
-                4 executors drain; quiet vs loaded)
+    live_load   --jobs 3000 --repeats 2 --history 20000 --poll-requests 30 (50 operators polling
+                while 4 executors drain; quiet vs loaded)
 
 Pass --full to run the scripts' full-size defaults instead (hours on 2 cores), or --only NAME to
 pick one.
@@ -35,7 +35,16 @@ SMALL = {
     "prune": ["--jobs", "50000"],
     "sweeps": ["--jobs", "50000", "--lapsed", "2000", "--unknown", "200", "--repeats", "1"],
     "txn_lengths": ["--jobs", "300"],
-    "live_load": ["--jobs", "3000", "--history", "20000", "--poll-requests", "30"],
+    "live_load": [
+        "--jobs",
+        "3000",
+        "--repeats",
+        "2",
+        "--history",
+        "20000",
+        "--poll-requests",
+        "30",
+    ],
 }
 
 
