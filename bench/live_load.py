@@ -315,6 +315,7 @@ def start_web(env: dict[str, str], port: int, workers: int) -> subprocess.Popen:
             return web
         except OSError:  # refused, reset or timed out while it starts
             if time.monotonic() > deadline or web.poll() is not None:
+                web.terminate()
                 raise SystemExit("gunicorn did not come up") from None
             time.sleep(0.3)
 
