@@ -346,10 +346,18 @@ class DrainResult:
     errors: dict[str, int] = field(default_factory=dict)
     requests: int = 0
     client_cpu_s: float = 0.0
+    web_cores: float = 0.0
+    executor_cpu_ms_per_job: float = float("nan")
 
 
 def drain_round(
-    url: str, mode: str, repeat: int, n: int, load: Load | None, warmup: float
+    url: str,
+    web: subprocess.Popen,
+    mode: str,
+    repeat: int,
+    n: int,
+    load: Load | None,
+    warmup: float,
 ) -> DrainResult:
     mission = f"live-{mode}-{repeat}"
     tp.ours_json(url, "load", "--n", str(n), "--mission", mission)
@@ -359,10 +367,13 @@ def drain_round(
         load.job_ids = [f"{mission}-{i:07d}" for i in range(n)]
         load.start()
         time.sleep(warmup)
-    start = time.perf_counter()
+    web_before, start = web_cpu_seconds(web), time.perf_counter()
     tp.drain_ours(url, r, mission, [], direct=False)
     end = time.perf_counter()
     result = DrainResult(mode, repeat, r.span_rate, r.note)
+    # The cores gunicorn used while the executors ran: what the console took from the drain.
+    result.web_cores = (web_cpu_seconds(web) - web_before) / (end - start)
+    result.executor_cpu_ms_per_job = r.cpu_ms_per_job
     if load is not None:
         load.finish()
         result.samples = [s for s in load.samples if start <= s.sent <= end]
@@ -478,13 +489,23 @@ def report(
         "## Drain rate, quiet vs loaded",
         "",
         bl.table(
-            ["round", "repeat", "drain jobs/s", "requests during the drain", "note"],
+            [
+                "round",
+                "repeat",
+                "drain jobs/s",
+                "requests in the window",
+                "gunicorn cores in the window",
+                "executors' CPU ms/job",
+                "note",
+            ],
             [
                 (
                     d.mode,
                     d.repeat,
                     round(d.rate),
                     len(d.samples) if d.mode == "loaded" else "—",
+                    f"{d.web_cores:.2f}",
+                    f"{d.executor_cpu_ms_per_job:.2f}",
                     d.note,
                 )
                 for d in drains
@@ -493,9 +514,13 @@ def report(
         "",
         f"- median quiet: **{q:,.0f} jobs/s**; median loaded: **{lo:,.0f} jobs/s**; drop "
         f"**{drop:.1f} %** (goal ≤ 10 %: {'met' if drop <= 10 else 'NOT met'})",
-        f"- operators' request rate during the drains: "
-        f"{sum(len(d.samples) for d in loaded_rounds) / max(sum(1 for _ in loaded_rounds), 1):,.0f}"
-        " requests per drain; the benchmark's own CPU over the loaded rounds (client threads): "
+        f"- gunicorn used {bl.median(d.web_cores for d in loaded_rounds):.2f} of "
+        f"{os.cpu_count()} cores while the executors ran (loaded rounds, median): that CPU, and "
+        "the PostgreSQL work of its queries, is what the console takes from the drain; "
+        "executors' CPU per job includes their start-up",
+        "- operators' requests per loaded round (executors' start to read-back): "
+        f"{sum(len(d.samples) for d in loaded_rounds) / max(len(loaded_rounds), 1):,.0f}"
+        "; the benchmark's own CPU over the loaded rounds (client threads): "
         f"{sum(d.client_cpu_s for d in loaded_rounds):.1f} s",
         f"- errors: {dict(errors) if errors else 'none'}",
         "",
@@ -591,11 +616,11 @@ def main() -> None:
         bl.say(f"poll cost ({args.poll_requests} requests per poller) …")
         costs = poll_cost(url, web, port, sessions[0], args.poll_requests)
         # One drain not measured: the executors' and the server's caches warm, as in a session.
-        drain_round(url, "warm-up", 0, min(args.jobs, 2000), None, 0)
+        drain_round(url, web, "warm-up", 0, min(args.jobs, 2000), None, 0)
         for rep in range(1, args.repeats + 1):
             for mode in ("quiet", "loaded"):
                 load = Load(port, sessions, []) if mode == "loaded" else None
-                drains.append(drain_round(url, mode, rep, args.jobs, load, args.warmup))
+                drains.append(drain_round(url, web, mode, rep, args.jobs, load, args.warmup))
     finally:
         web.terminate()
         web.wait(timeout=30)
