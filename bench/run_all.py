@@ -10,6 +10,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
     prune       --jobs 50000 (delete the finished ones older than a day, in batches of 500)
     sweeps      --jobs 50000 --lapsed 2000 --unknown 200 --repeats 1 (sweep and auto-reconcile)
     txn_lengths --jobs 300 (SQLite: the longest write transaction of each worker)
+    live_load   --jobs 3000 --repeats 2 --history 20000 --poll-requests 30 (50 operators polling
+                while 4 executors drain; quiet vs loaded)
 
 Pass --full to run the scripts' full-size defaults instead (hours on 2 cores), or --only NAME to
 pick one.
@@ -33,6 +35,16 @@ SMALL = {
     "prune": ["--jobs", "50000"],
     "sweeps": ["--jobs", "50000", "--lapsed", "2000", "--unknown", "200", "--repeats", "1"],
     "txn_lengths": ["--jobs", "300"],
+    "live_load": [
+        "--jobs",
+        "3000",
+        "--repeats",
+        "2",
+        "--history",
+        "20000",
+        "--poll-requests",
+        "30",
+    ],
 }
 
 
@@ -46,7 +58,7 @@ def main() -> None:
     failed = []
     for name in names:
         cmd = [bl.PY, str(bl.BENCH / f"{name}.py"), *([] if args.full else SMALL[name])]
-        if not pg and name in ("console", "memory", "api_enqueue", "prune", "sweeps"):
+        if not pg and name in ("console", "memory", "api_enqueue", "prune", "sweeps", "live_load"):
             bl.say(f"== {name}: skipped, PostgreSQL at {bl.PG_BASE} is not reachable")
             continue
         if not pg and name == "throughput":

@@ -3,7 +3,9 @@ active runs (stuck ones flagged, with their close button).
 
 Each region polls on its own (its ``hx-target`` is itself) and a poll computes only that
 region's data; a full page computes all of them, sharing what two regions need (the stuck
-runs feed both the alert tile and the runs table).
+runs feed both the alert tile and the runs table). Each region carries its version
+(``VERSIONS``): a poll whose data is what the page already shows gets 204 and nothing is
+rendered.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.htmx import region_template
+from console.htmx import region_template, unchanged, version_of
 from console.policy import ActionContext, page
+from console.templatetags.console_tags import duration_words
 from core.clock import db_now
 from inbox import selectors
 from runs.selectors import active_runs, stuck_reasons
@@ -57,13 +60,64 @@ REGIONS: dict[str, Callable[[Shared], dict[str, Any]]] = {
 }
 
 
+def _runs_version(context: dict[str, Any]) -> str:
+    now = context["now"]
+    return version_of(
+        [
+            (
+                run.run_id,
+                run.store,
+                run.status,
+                run.worker_id,
+                run.started_at,
+                run.expires_at,
+                # Lapsed or not is the one thing the clock changes here (the bar ticks itself).
+                run.expires_at < now,
+                item["stuck"],
+            )
+            for item in context["runs"]
+            for run in (item["run"],)
+        ]
+    )
+
+
+def _ready_version(context: dict[str, Any]) -> str:
+    # The oldest job's age as the region words it (and colours it), not to the second.
+    return version_of(
+        [
+            (
+                ready.scope,
+                ready.buckets,
+                None if ready.oldest_seconds is None else duration_words(ready.oldest_seconds),
+                (ready.oldest_seconds or 0) >= 300,
+                (ready.oldest_seconds or 0) >= 900,
+            )
+            for ready in context["ready_ages"]
+        ]
+    )
+
+
+# What each region shows, without the clock: its version (``data-v``).
+VERSIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "dashboard-counts": lambda c: version_of(c["counts"]),
+    "dashboard-alerts": lambda c: version_of(c["alerts"], c["stuck_runs"]),
+    "dashboard-throughput": lambda c: version_of(c["throughput"]),
+    "dashboard-ready": _ready_version,
+    "dashboard-runs": _runs_version,
+}
+
+
 def region_context(names: list[str] | None, now: dt.datetime | None = None) -> dict[str, Any]:
-    """The context of the named regions (all of them when ``names`` is None)."""
+    """The context of the named regions (all of them when ``names`` is None), with each one's
+    version as ``versions.<name with underscores>``."""
     shared = Shared(db_now(now))
     context: dict[str, Any] = {"now": shared.now}
+    versions: dict[str, str] = {}
     for name, build in REGIONS.items():
         if names is None or name in names:
             context.update(build(shared))
+            versions[name.replace("-", "_")] = VERSIONS[name](context)
+    context["versions"] = versions
     return context
 
 
@@ -74,7 +128,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     # An HTMX request for no known region gets the whole page.
     template = region_template(request, DASHBOARD, tuple(REGIONS), default=None)
     _page, _hash, region = template.partition("#")
-    return render(request, template, region_context([region] if region else None))
+    context = region_context([region] if region else None)
+    if region:
+        same = unchanged(request, context["versions"][region.replace("-", "_")])
+        if same:
+            return same
+    return render(request, template, context)
 
 
 def runs_region(request: HttpRequest, act: ActionContext) -> HttpResponse:

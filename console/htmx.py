@@ -2,6 +2,10 @@
 
 Every page view picks its template with ``region_template``: the whole page for a normal
 request, only the region an HTMX request targets (``"page.html#region"``) otherwise.
+
+A polling region carries its version (``data-v``, from ``version_of``); console.js sends it back
+as ``?v=`` and ``unchanged`` tells the view to answer 204 with nothing rendered (htmx swaps
+nothing on a 204).
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Mapping
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 
 def region_template(
@@ -39,3 +43,17 @@ def region_template(
 def dom_id(prefix: str, key: str) -> str:
     """A stable, HTML-safe element id for any job id, scope or store name."""
     return f"{prefix}-{hashlib.sha1(key.encode('utf-8')).hexdigest()[:12]}"
+
+
+def version_of(*parts: object) -> str:
+    """A region's version: equal parts render an equal region. Parts leave the ticking clock
+    out (ages and countdowns tick in the browser); anything else the region shows goes in."""
+    return hashlib.sha1(repr(parts).encode()).hexdigest()[:16]
+
+
+def unchanged(request: HttpRequest, version: str) -> HttpResponse | None:
+    """A 204 for a poll that already shows ``version``, else None (render the region)."""
+    htmx = getattr(request, "htmx", None)
+    if htmx and not htmx.history_restore_request and request.GET.get("v") == version:
+        return HttpResponse(status=204)
+    return None

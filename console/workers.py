@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.htmx import dom_id, region_template
+from console.htmx import dom_id, region_template, unchanged, version_of
 from console.policy import ActionContext, action, page
 from core.clock import db_now
 from core.paging import COUNT_CAP
@@ -51,6 +51,21 @@ class WorkersPage:
     stopped: int
     now: dt.datetime
 
+    @property
+    def version(self) -> str:
+        """What the processes table shows, without the clock (last seen ticks in the browser
+        from ``last_seen_at``; alive or dead is in)."""
+        return version_of(
+            [
+                (w.worker_id, w.kind, w.scope, w.status, w.alive, w.last_seen_at)
+                for w in self.workers
+            ],
+            [
+                (w.current_job_id, w.jobs_done, w.jobs_failed, w.host, w.pid, w.started_at)
+                for w in self.workers
+            ],
+        )
+
 
 def scope_rows(workers: list[Worker] | None = None) -> list[ScopeRow]:
     """Every executor scope with its pause, READY/held counts and live executors."""
@@ -84,14 +99,16 @@ def scope_rows(workers: list[Worker] | None = None) -> list[ScopeRow]:
     return rows
 
 
-def workers_page() -> WorkersPage:
+def workers_page(*, with_scopes: bool = True) -> WorkersPage:
+    """The page's read model; the processes table's poll leaves the scopes out (it does not
+    show them, and their counts are the costly part)."""
     now = db_now()
     workers = worker_rows(now)
     alive = sum(1 for w in workers if w.alive)
     stopped = sum(1 for w in workers if not w.alive and w.status == WorkerStatus.STOPPED)
     return WorkersPage(
         workers=workers,
-        scopes=scope_rows(workers),
+        scopes=scope_rows(workers) if with_scopes else [],
         alive=alive,
         dead=len(workers) - alive - stopped,
         stopped=stopped,
@@ -109,7 +126,8 @@ def scope_row(name: str) -> ScopeRow | None:
 @page(permission="inbox.view_worker")
 def workers(request: HttpRequest) -> HttpResponse:
     template = region_template(request, WORKERS, ("workers-table",), default="workers-table")
-    return render(request, template, {"page": workers_page()})
+    page = workers_page(with_scopes=template == WORKERS)
+    return unchanged(request, page.version) or render(request, template, {"page": page})
 
 
 def _scope_response(request: HttpRequest, scope: str, act: ActionContext) -> HttpResponse:

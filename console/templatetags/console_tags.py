@@ -181,6 +181,7 @@ def lease_bar(
 # --- times -----------------------------------------------------------------------------------
 
 
+@register.filter(name="age_words")
 def age_words(seconds: float) -> str:
     """ "12 s ago", "3 min ago", "2 h 5 min ago", "3 days ago" (console.js says the same)."""
     seconds = max(math.floor(seconds), 0)
