@@ -20,6 +20,7 @@ only by bench/settings_bench.py.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import time
@@ -162,7 +163,37 @@ def load(jobs: int, events: int) -> dict[str, float]:
         conn.execute("VACUUM (ANALYZE) inbox_job")
         conn.execute("VACUUM (ANALYZE) audit_auditevent")
         timings["VACUUM ANALYZE"] = time.perf_counter() - t
+        # Kept with the data, so a --reuse run still reports what the load cost.
+        record = {"at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "timings": timings}
+        conn.execute(f'COMMENT ON DATABASE "{DB}" IS {_literal(json.dumps(record))}')
     return timings
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (COMMENT takes no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def recorded_load() -> dict[str, Any] | None:
+    """The timings the load of this database recorded (None: loaded before they were kept)."""
+    import psycopg
+
+    with psycopg.connect(bl.pg_url(DB), autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+            [DB],
+        ).fetchone()
+    try:
+        return json.loads(row[0]) if row and row[0] else None
+    except ValueError:
+        return None
+
+
+def setup_note(timings: dict[str, float], *, at: str = "") -> str:
+    total = sum(timings.values())
+    steps = "; ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+    when = f", loaded {at}" if at else ""
+    return f"- setup (not measured{when}): {total / 60:.1f} min in all: {steps}"
 
 
 def loaded_counts() -> tuple[int, int] | None:
@@ -204,6 +235,10 @@ class Page:
     def p95(self) -> float:
         return bl.percentile(self.times_ms, 95)
 
+
+# Issue 15: every console page, deep pages included, p95 < 100 ms; the scrape < 50 ms.
+PAGE_GOAL_MS = 100.0
+GOAL_MS = {"metrics (Prometheus scrape)": 50.0}
 
 COUNT_RE = re.compile(r"\bCOUNT\(", re.IGNORECASE)
 
@@ -409,13 +444,18 @@ def disk_usage() -> str:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_size_pretty(pg_database_size(current_database())), "
-            "pg_size_pretty(pg_total_relation_size('inbox_job')), "
-            "pg_size_pretty(pg_total_relation_size('audit_auditevent'))"
-        )
-        total, jobs, events = cursor.fetchone()
-    return f"disk: database {total} (inbox_job {jobs}, audit_auditevent {events}, indexes included)"
+        cursor.execute("SELECT pg_size_pretty(pg_database_size(current_database()))")
+        (total,) = cursor.fetchone()
+        parts = []
+        for table in ("inbox_job", "audit_auditevent"):
+            cursor.execute(
+                "SELECT pg_size_pretty(pg_total_relation_size(%s)), "
+                "pg_size_pretty(pg_table_size(%s)), pg_size_pretty(pg_indexes_size(%s))",
+                [table, table, table],
+            )
+            all_, heap, indexes = cursor.fetchone()
+            parts.append(f"{table} {all_}: table and TOAST {heap}, indexes {indexes}")
+    return f"disk: database {total} ({'; '.join(parts)})"
 
 
 def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> list[str]:
@@ -423,7 +463,7 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
     stock = by_name["stock admin: job changelist"]
     rows = []
     for p in pages:
-        ok = "yes" if p.p95 < 150 else "NO"
+        ok = "yes" if p.p95 < GOAL_MS.get(p.name, PAGE_GOAL_MS) else "NO"
         vs_stock = bl.ratio(stock.p50, p.p50)
         rows.append(
             (
@@ -435,9 +475,7 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
                 sum(1 for q in p.unbounded_counts if _full_table(q)),
                 len(p.unbounded_counts),
                 ", ".join(map(str, sorted(p.statuses))),
-                ok
-                if p.name.startswith(("jobs", "job ", "dashboard", "lease", "audit", "our"))
-                else "-",
+                ok if p is not stock else "-",
                 f"{vs_stock:.1f}×" if p is not stock else "1.0×",
             )
         )
@@ -445,7 +483,8 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
         f"{args.jobs:,} jobs and {args.events:,} audit events on PostgreSQL; {args.requests} "
         f"requests per page after {args.warmup} warm-up requests; server time through "
         "Django's test Client in one process (routing, middleware, view, queries, templates; "
-        "no network, no browser).",
+        "no network, no browser). Goal: p95 < 100 ms on every console page, < 50 ms on "
+        "/metrics (the stock admin is only the yardstick).",
         "",
         "## Latency per page",
         "",
@@ -459,7 +498,7 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
                 "full-table COUNT",
                 "COUNT w/o LIMIT",
                 "HTTP",
-                "p95 < 150 ms",
+                "p95 under goal",
                 "stock admin p50 / this p50",
             ],
             rows,
@@ -557,14 +596,15 @@ def main() -> None:
     if args.reuse and loaded_counts() == (args.jobs, args.events):
         bl.migrate(bl.pg_url(DB))  # indexes added by migrations since the load
         notes.append(f"- reused the loaded database {DB} (migrated to the current schema)")
+        record = recorded_load()
+        if record:
+            notes.append(setup_note(record["timings"], at=record.get("at", "")))
     else:
         bl.say(f"console: loading {args.jobs:,} jobs and {args.events:,} events into {DB} …")
         timings = load(args.jobs, args.events)
         for step, seconds in timings.items():
             bl.say(f"  {step}: {seconds:.1f} s")
-        notes.append(
-            "- setup (not measured): " + "; ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-        )
+        notes.append(setup_note(timings))
     setup_django()
     notes.append("- " + check_fingerprints())
     notes.append("- " + disk_usage())

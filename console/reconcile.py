@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
@@ -57,12 +58,13 @@ class UnknownCase:
     def is_open(self) -> bool:
         return self.job.state == JobState.OUTCOME_UNKNOWN
 
-    @property
+    # Cached: the template asks each of these several times per case (fixed once built).
+    @cached_property
     def probed(self) -> bool:
         """False for a type no vault probe can decide (a non-idempotent task): a person does."""
         return svc.is_probed(self.job)
 
-    @property
+    @cached_property
     def diagnosis(self) -> str:
         """What the evidence says, in the operator's words (DESIGN §1.7)."""
         ev = self.evidence
@@ -76,7 +78,7 @@ class UnknownCase:
             return "present with the expected hash: the delete did not happen (not applied)"
         return "present with another hash: conflict, someone changed it (only an operator decides)"
 
-    @property
+    @cached_property
     def verdict(self) -> str:
         if not self.is_open:
             return "decided"

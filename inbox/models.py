@@ -122,6 +122,28 @@ class Job(models.Model):
                 fields=["mission_id"], name="job_mission_idx", opclasses=["varchar_pattern_ops"]
             ),
             models.Index(fields=["worker_id"], name="job_worker_idx"),
+            # The workers page's held count per scope: an index-only range for each scope,
+            # where the lease index made it read every held row (inbox 0009).
+            models.Index(
+                fields=["scope"],
+                condition=Q(state__in=["CLAIMED", "EXECUTING"]),
+                name="job_held_scope_idx",
+            ),
+            # The approvals queue, oldest first, and its capped counts (the page's and the
+            # dashboard's): job_type last, so the order holds for any set of approval types
+            # and the type is checked in the index (inbox 0009).
+            models.Index(
+                fields=["created_at", "job_id", "job_type"],
+                condition=Q(state="CREATED", approval_id__isnull=True),
+                name="job_approval_queue_idx",
+            ),
+            # A reconcile case's fresh DELETE (supersedes the case); almost every job has none,
+            # so the index holds only the few that do (inbox 0009).
+            models.Index(
+                fields=["supersedes"],
+                condition=Q(supersedes__isnull=False),
+                name="job_supersedes_idx",
+            ),
         ]
         constraints = [
             # A job with no attempt to give could never run: refused by the database too.

@@ -7,14 +7,17 @@ numbers are formatted to strings first so nothing reaches markup unformatted.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import uuid
 from collections.abc import Sequence
+from urllib.parse import quote
 
 from django import template
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils import dateformat, timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.http import RFC3986_SUBDELIMS
 from django.utils.safestring import SafeString
 
 from console import tables
@@ -81,6 +84,32 @@ def nav_link(context: template.Context, url_name: str, label: str, *, exact: boo
     if current:
         return format_html('<a href="{}" aria-current="page">{}</a>', url, label)
     return format_html('<a href="{}">{}</a>', url, label)
+
+
+# Stands in for the argument while a route is reversed once; no route contains it.
+_ARG = "url-arg-placeholder"
+
+
+@functools.lru_cache(maxsize=256)
+def _route(name: str, script_prefix: str) -> tuple[str, str]:
+    """The URL of route ``name`` around its one argument: (before, after)."""
+    before, _, after = reverse(name, args=[_ARG]).partition(_ARG)
+    return before, after
+
+
+@register.simple_tag
+def id_url(name: str, value: object) -> str:
+    """``{% url name value %}`` for a route with one ``str`` or ``path`` argument (a job id),
+    with the route reversed once per process instead of once per link: a page of 50 reconcile
+    cases made 330 ``reverse()`` calls, a quarter of its time.
+
+    The argument is quoted as ``reverse()`` quotes it; a value one of those converters would
+    refuse (empty, or with a "/" for ``str``) goes through ``reverse()`` itself, which decides."""
+    text = str(value)
+    if not text or "/" in text:
+        return reverse(name, args=[text])
+    before, after = _route(name, get_script_prefix())
+    return before + quote(text, safe=RFC3986_SUBDELIMS + "/~:@") + after
 
 
 @register.simple_tag
