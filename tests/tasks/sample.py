@@ -100,7 +100,9 @@ def charge_fails(order: str) -> None:
     raise PaymentDeclined(f"card declined for {order}")
 
 
-@retry(retries=3, backoff=0.2, cap=0.5, jitter=0.5)
+# The first retry waits at least 0.5 s: long enough that the test's first drain, on a busy CI
+# machine, ends before it is due (with 0.1 s it sometimes ran the second attempt too).
+@retry(retries=3, backoff=1.0, cap=2.0, jitter=0.5)
 @task
 def flaky(name: str, fail_times: int) -> str:
     """Fails its first ``fail_times`` runs (counted in the marker file), then succeeds."""

@@ -251,9 +251,9 @@ def test_failing_task_retries_used_up_ends_failed(tmp_path, monkeypatch):
             job_id=job.job_id, event_type=EventType.RETRY_SCHEDULED
         ).order_by("event_id")
     ]
-    # backoff 0.2 s doubling, capped at 0.5 s, jitter 0.5: [0.1, 0.2], [0.2, 0.4], [0.25, 0.5]
+    # backoff 1 s doubling, capped at 2 s, jitter 0.5: [0.5, 1], [1, 2], [1, 2]
     assert len(delays) == 3
-    for delay, (low, high) in zip(delays, [(0.1, 0.2), (0.2, 0.4), (0.25, 0.5)], strict=True):
+    for delay, (low, high) in zip(delays, [(0.5, 1.0), (1.0, 2.0), (1.0, 2.0)], strict=True):
         assert low - 0.001 <= delay <= high + 0.001
 
 
