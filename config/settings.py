@@ -348,9 +348,11 @@ AUDIT_ALLOW_ERASING_HISTORY = os.environ.get("AUDIT_ALLOW_ERASING_HISTORY", "") 
 # client shares the proxy's address.
 INSTALLED_APPS.append("axes")
 MIDDLEWARE.append("axes.middleware.AxesMiddleware")  # last, as django-axes requires
+# ConsoleModelBackend is Django's ModelBackend with a one-query permission lookup (console/auth.py):
+# every page and poll checks a permission, and Django's two ORM queries were most of a poll's CPU.
 AUTHENTICATION_BACKENDS = [
     "console.login.LoginThrottleBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "console.auth.ConsoleModelBackend",
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = dt.timedelta(minutes=float(os.environ.get("LOGIN_COOLOFF_MINUTES", "15")))
