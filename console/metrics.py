@@ -154,7 +154,7 @@ def stuck_runs(now: dt.datetime, *, alive: set[str] | None = None) -> dict[str, 
     """``{store: 0 | 1}`` for every store with an effectively active run: 1 when that run is
     stuck (the one rule: ``runs.selectors.stuck_reasons``)."""
     live = Run.objects.filter(status=RunStatus.ACTIVE, expires_at__gte=now)
-    runs = list(run_selectors.with_owner_heartbeat(live))
+    runs = run_selectors.with_owner_heartbeat(live)
     reasons = run_selectors.stuck_reasons(runs, now)
     stuck: dict[str, int] = {}
     for run in runs:

@@ -103,7 +103,7 @@ def test_stuck_reasons_of_runs_read_with_their_owner_take_no_query(django_assert
     for i in range(3):
         _run(store=f"s{i}", owner=f"o{i}")
     _heartbeat("o1")
-    runs = list(with_owner_heartbeat(Run.objects.filter(status=RunStatus.ACTIVE)))
+    runs = with_owner_heartbeat(Run.objects.filter(status=RunStatus.ACTIVE))
     now = transitions.db_now()
     with django_assert_num_queries(0):
         reasons = stuck_reasons(runs, now)
