@@ -226,6 +226,9 @@ class Page:
     profile: str = ""
     # The very first request, before the warm-ups (a cold per-process cache shows here).
     first_ms: float = float("nan")
+    # /metrics only: the first scrape of a later process (its tally copy empty, the stored
+    # one filled by the very first scrape).
+    new_process_ms: float = float("nan")
 
     @property
     def p50(self) -> float:
@@ -238,7 +241,8 @@ class Page:
 
 # Issue 15: every console page, deep pages included, p95 < 100 ms; the scrape < 50 ms.
 PAGE_GOAL_MS = 100.0
-GOAL_MS = {"metrics (Prometheus scrape)": 50.0}
+METRICS_PAGE = "metrics (Prometheus scrape)"
+GOAL_MS = {METRICS_PAGE: 50.0}
 
 COUNT_RE = re.compile(r"\bCOUNT\(", re.IGNORECASE)
 
@@ -365,6 +369,13 @@ def measure(pages: list[Page], *, requests: int, warmup: int, profile: float = 0
         start = time.perf_counter()
         client.get(page.urls[0], headers=headers)
         page.first_ms = (time.perf_counter() - start) * 1000
+        if page.name == METRICS_PAGE:
+            from console import metrics as console_metrics
+
+            console_metrics.TALLY.reset()  # what a new process starts from
+            start = time.perf_counter()
+            client.get(page.urls[0], headers=headers)
+            page.new_process_ms = (time.perf_counter() - start) * 1000
         for i in range(warmup):
             client.get(page.urls[i % len(page.urls)], headers=headers)
         with CaptureQueriesContext(connection) as ctx:
@@ -435,7 +446,7 @@ def build_pages(t: dict[str, list[str]]) -> list[Page]:
         Page("our admin: job changelist", ["/admin/inbox/job/"]),
         Page("stock admin: job changelist", ["/admin/stockadmin/stockjob/"]),
         # Issue 13: a Prometheus scrape (the test client is a loopback caller).
-        Page("metrics (Prometheus scrape)", [reverse("console:metrics")]),
+        Page(METRICS_PAGE, [reverse("console:metrics")]),
     ]
 
 
@@ -514,14 +525,16 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
         f"{bl.ratio(stock.p50, ours_admin.p50):.1f}× faster at p50 "
         f"({bl.ratio(stock.p95, ours_admin.p95):.1f}× at p95). Goal: ≥ 5×."
     )
-    scrape = by_name.get("metrics (Prometheus scrape)")
+    scrape = by_name.get(METRICS_PAGE)
     if scrape is not None:
         out += [
             "",
             f"Prometheus scrape (/metrics): p50 {scrape.p50:.1f} ms, p95 {scrape.p95:.1f} ms "
             f"(goal: p95 < 50 ms: {'met' if scrape.p95 < 50 else 'NOT met'}), "
-            f"{scrape.queries} queries; the first scrape of a process, which counts the whole "
-            f"audit log once for the event counters, took {scrape.first_ms:.0f} ms.",
+            f"{scrape.queries} queries; the very first scrape, which counts the whole audit log "
+            f"once for the event counters and stores the tally, took {scrape.first_ms:.0f} ms; "
+            f"the first scrape of a later process, which reads the stored tally, "
+            f"{scrape.new_process_ms:.0f} ms.",
         ]
     profiled = [(p.name, round(p.p50, 1), p.profile) for p in pages if p.profile]
     if profiled:

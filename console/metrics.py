@@ -20,9 +20,11 @@ Gauges (each one or a few indexed, capped queries; nothing scans a whole table):
 
 Counters that survive restarts: ``console_audit_events_total{event_type}``, the audit log's
 events by type. Events are never deleted (DESIGN §2), so the count only grows and is the same
-in every process. Each process keeps a running tally up to a settled event id (events older
-than ``SETTLE_SECONDS``, so a transaction that committed late is not skipped) and counts only
-the newer ones per scrape, by primary-key range; the first scrape of a process counts them all.
+in every process. A running tally up to a settled event id (events older than
+``SETTLE_SECONDS``, so a transaction that committed late is not skipped) is stored in the
+database (``console.models.AuditTally``) and each scrape counts only the newer events, by
+primary-key range; only the very first scrape counts the whole log (5-7 s at 30M events), not
+the first of every process.
 
 Access (``console.policy.metrics_route``): ``Authorization: Bearer <METRICS_TOKEN>`` when the
 setting is made; without it only loopback clients, and never a request a proxy forwarded.
@@ -43,8 +45,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection
-from django.db.models import Count, Max, Min, Q
+from django.db import connection, transaction
+from django.db.models import Count, F, Max, Min, Q
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
@@ -52,6 +54,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from audit.models import AuditEvent, EventType
+from console.models import AuditTally, AuditTallyCount
 from console.policy import metrics_route
 from core import paging
 from core.clock import db_now
@@ -248,7 +251,14 @@ def _sampled(states: list[str], floor: int) -> dict[tuple[str, str], int]:
 
 
 class EventTally:
-    """Events per type, counted incrementally by event id (see the module docstring)."""
+    """Events per type, counted incrementally by event id (see the module docstring).
+
+    The settled part lives in the database (``console.models.AuditTally``): a scrape that can
+    settle newer events locks the tally row, counts only the events past it, stores the sum and
+    moves it forward; a process that finds the row further on than its own copy (another
+    process moved it, or this process is new) reloads the stored counts instead of counting
+    the log again. Only the first scrape ever counts the whole log.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -258,15 +268,38 @@ class EventTally:
     def totals(self, now: dt.datetime) -> Counter[str]:
         cutoff = now - dt.timedelta(seconds=SETTLE_SECONDS)
         with self._lock:
-            newer = AuditEvent.objects.filter(event_id__gt=self.settled_id)
-            settle_to = newer.filter(created_at__lt=cutoff).aggregate(m=Max("event_id"))["m"]
-            if settle_to is not None:
-                self.settled.update(_by_type(newer.filter(event_id__lte=settle_to)))
-                self.settled_id = settle_to
+            self._settle(cutoff)
             live = _by_type(AuditEvent.objects.filter(event_id__gt=self.settled_id))
             return self.settled + live
 
+    def _settle(self, cutoff: dt.datetime) -> None:
+        with transaction.atomic():
+            AuditTally.objects.get_or_create(pk=1)
+            # Bounded by the lock timeout: a scrape behind a slow one fails rather than hangs.
+            mark = AuditTally.objects.select_for_update().get(pk=1)
+            if mark.settled_id != self.settled_id:
+                stored = AuditTallyCount.objects.values_list("event_type", "events")
+                self.settled = Counter(dict(stored))
+                self.settled_id = mark.settled_id
+            newer = AuditEvent.objects.filter(event_id__gt=self.settled_id)
+            settle_to = newer.filter(created_at__lt=cutoff).aggregate(m=Max("event_id"))["m"]
+            if settle_to is None:
+                return
+            delta = _by_type(newer.filter(event_id__lte=settle_to))
+            for event_type, n in delta.items():
+                updated = AuditTallyCount.objects.filter(event_type=event_type).update(
+                    events=F("events") + n
+                )
+                if not updated:
+                    AuditTallyCount.objects.create(event_type=event_type, events=n)
+            mark.settled_id = settle_to
+            mark.save(update_fields=["settled_id", "updated_at"])
+        # Only once the transaction committed: a rolled-back one leaves both copies as they were.
+        self.settled.update(delta)
+        self.settled_id = settle_to
+
     def reset(self) -> None:
+        """Forget this process's copy (the stored tally is reloaded on the next scrape)."""
         with self._lock:
             self.settled_id = 0
             self.settled = Counter()

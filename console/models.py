@@ -38,3 +38,26 @@ class ActionRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.request_id} by {self.username}"
+
+
+class AuditTally(models.Model):
+    """How far ``/metrics`` has counted the audit log: events up to ``settled_id`` are in
+    ``AuditTallyCount``. One row (pk 1), locked while a scrape moves it forward, so processes
+    share one count and a new process does not count the whole log again
+    (``console.metrics.EventTally``)."""
+
+    settled_id = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"audit events counted through id {self.settled_id}"
+
+
+class AuditTallyCount(models.Model):
+    """Audit events of one type with ``event_id <= AuditTally.settled_id``."""
+
+    event_type = models.CharField(max_length=40, primary_key=True)
+    events = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.event_type}: {self.events}"

@@ -4,6 +4,7 @@ the derived states (orphaned jobs, stuck runs) and the audit-event counters."""
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 
 import pytest
 from django.db import connection
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from audit.events import record_event
 from audit.models import AuditEvent, EventType
 from console import metrics
+from console.models import AuditTally, AuditTallyCount
 from core.clock import db_now
 from inbox import transitions, workers
 from inbox.models import Job, JobState, Worker
@@ -256,3 +258,54 @@ def test_audit_event_counter_in_the_scrape_counts_every_type(client: Client, kno
     for event_type in EventType.values:
         got = value(s, "console_audit_events_total", event_type=event_type)
         assert got == expected.get(event_type, 0)
+
+
+def test_a_new_process_reads_the_stored_tally_instead_of_counting_the_log(known) -> None:
+    later = db_now() + dt.timedelta(minutes=5)
+    first = metrics.EventTally()
+    assert dict(+first.totals(later)) == _events_by_type()
+    stored = AuditTally.objects.get(pk=1)
+    assert stored.settled_id == first.settled_id > 0
+    assert dict(AuditTallyCount.objects.values_list("event_type", "events")) == _events_by_type()
+    # Make the stored count wrong on purpose: a new process must show it, proving it read the
+    # store and did not count the log again.
+    AuditTallyCount.objects.filter(event_type=EventType.CLAIMED).update(events=1000)
+    fresh = metrics.EventTally()
+    totals = fresh.totals(later)
+    assert totals[EventType.CLAIMED] == 1000
+    assert fresh.settled_id == stored.settled_id
+
+
+def test_tallies_of_two_processes_never_count_an_event_twice(known) -> None:
+    later = db_now() + dt.timedelta(minutes=5)
+    one, two = metrics.EventTally(), metrics.EventTally()
+    one.totals(later)
+    record_event(event_type=EventType.OPERATOR_ACTION, actor="ops", detail={"n": 1})
+    # The second process settles the new event and moves the stored tally on ...
+    assert dict(+two.totals(later + dt.timedelta(minutes=1))) == _events_by_type()
+    record_event(event_type=EventType.OPERATOR_ACTION, actor="ops", detail={"n": 2})
+    # ... so the first one, behind it, reloads instead of adding the same events again.
+    assert dict(+one.totals(later + dt.timedelta(minutes=2))) == _events_by_type()
+    newest = max(AuditEvent.objects.values_list("event_id", flat=True))
+    assert one.settled_id == AuditTally.objects.get(pk=1).settled_id == newest
+    assert dict(AuditTallyCount.objects.values_list("event_type", "events")) == _events_by_type()
+    assert dict(+two.totals(later + dt.timedelta(minutes=3))) == _events_by_type()
+
+
+def test_a_failed_settle_changes_neither_copy(known, monkeypatch) -> None:
+    later = db_now() + dt.timedelta(minutes=5)
+    tally = metrics.EventTally()
+    tally.totals(later)
+    before = (tally.settled_id, Counter(tally.settled))
+    record_event(event_type=EventType.OPERATOR_ACTION, actor="ops", detail={"n": 1})
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(metrics.AuditTally, "save", refuse)
+    with pytest.raises(RuntimeError):
+        tally.totals(later + dt.timedelta(minutes=1))
+    assert (tally.settled_id, tally.settled) == before
+    assert AuditTally.objects.get(pk=1).settled_id == before[0]
+    monkeypatch.undo()
+    assert dict(+tally.totals(later + dt.timedelta(minutes=1))) == _events_by_type()
