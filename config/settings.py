@@ -370,3 +370,17 @@ if AXES_FAILURE_LIMIT < 1 or CONSOLE_TRUSTED_PROXIES < 0:
         "LOGIN_FAILURE_LIMIT must be at least 1 and CONSOLE_TRUSTED_PROXIES at least 0."
     )
 # --- end of the hardening block ----------------------------------------------------------------
+
+# --- Live regions shared between operators (issue 15; console/livecache.py) --------------------
+# A poll of a global region (the dashboard's) within this share of its poll interval of another
+# operator's is answered from that reading: at most that much older than the database, and read
+# once per interval share and web process however many operators watch. 0 turns sharing off.
+_live_cache = os.environ.get("CONSOLE_LIVE_CACHE", "0.5")
+try:
+    CONSOLE_LIVE_CACHE = float(_live_cache)
+except ValueError:
+    CONSOLE_LIVE_CACHE = -1.0
+if not 0 <= CONSOLE_LIVE_CACHE <= 1:
+    raise ImproperlyConfigured(
+        f"CONSOLE_LIVE_CACHE must be a share of the poll interval from 0 to 1, got {_live_cache!r}"
+    )

@@ -4,8 +4,9 @@ active runs (stuck ones flagged, with their close button).
 Each region polls on its own (its ``hx-target`` is itself) and a poll computes only that
 region's data; a full page computes all of them, sharing what two regions need (the stuck
 runs feed both the alert tile and the runs table). Each region carries its version
-(``VERSIONS``): a poll whose data is what the page already shows gets 204 and nothing is
-rendered.
+(``VERSIONS``) and read time: a poll whose data is what the page already shows gets 204 and
+nothing is rendered, and a poll within a few seconds of another operator's is answered from
+that reading (console.livecache: the data is the same for everyone).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console.htmx import region_template, unchanged, version_of
+from console import livecache
+from console.htmx import region_template, version_of
 from console.policy import ActionContext, page
 from console.templatetags.console_tags import duration_words
 from core.clock import db_now
@@ -107,33 +109,68 @@ VERSIONS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def region_context(names: list[str] | None, now: dt.datetime | None = None) -> dict[str, Any]:
-    """The context of the named regions (all of them when ``names`` is None), with each one's
-    version as ``versions.<name with underscores>``."""
-    shared = Shared(db_now(now))
-    context: dict[str, Any] = {"now": shared.now}
-    versions: dict[str, str] = {}
-    for name, build in REGIONS.items():
-        if names is None or name in names:
-            context.update(build(shared))
-            versions[name.replace("-", "_")] = VERSIONS[name](context)
-    context["versions"] = versions
+# How often each region polls (its ``hx-trigger``), in seconds; a poll's reading is shared
+# between operators for part of it (console.livecache).
+EVERY: dict[str, int] = {
+    "dashboard-alerts": 5,
+    "dashboard-runs": 10,
+    "dashboard-counts": 10,
+    "dashboard-throughput": 30,
+    "dashboard-ready": 15,
+}
+
+
+def _reader(name: str, shared: Shared) -> Callable[[], tuple[dict[str, Any], str]]:
+    def read() -> tuple[dict[str, Any], str]:
+        part = {"now": shared.now, **REGIONS[name](shared)}
+        return part, VERSIONS[name](part)
+
+    return read
+
+
+def _key(name: str) -> str:
+    return f"dashboard:{name}"
+
+
+def _context(readings: dict[str, livecache.Reading]) -> dict[str, Any]:
+    """The regions' data merged, each region's token as ``versions.<name with underscores>``
+    and every poll interval as ``every.<name with underscores>``."""
+    context: dict[str, Any] = {}
+    for reading in readings.values():
+        context.update(reading.for_render())
+    context["versions"] = {name.replace("-", "_"): r.token for name, r in readings.items()}
+    context["every"] = {name.replace("-", "_"): every for name, every in EVERY.items()}
     return context
+
+
+def region_context(names: list[str] | None, now: dt.datetime | None = None) -> dict[str, Any]:
+    """The named regions (all of them when ``names`` is None) read afresh, shared for the
+    polls that follow (console.livecache)."""
+    shared = Shared(db_now(now))
+    readings = {
+        name: livecache.read(_key(name), _reader(name, shared))
+        for name in REGIONS
+        if names is None or name in names
+    }
+    return _context(readings)
 
 
 @page(permission="inbox.view_job")
 def dashboard(request: HttpRequest) -> HttpResponse:
     """Counts by state, alerts, throughput, READY age and active runs; each region polls
-    itself."""
+    itself, and its poll is answered from a reading shared between operators when one is
+    recent enough (console.livecache)."""
     # An HTMX request for no known region gets the whole page.
     template = region_template(request, DASHBOARD, tuple(REGIONS), default=None)
     _page, _hash, region = template.partition("#")
-    context = region_context([region] if region else None)
-    if region:
-        same = unchanged(request, context["versions"][region.replace("-", "_")])
-        if same:
-            return same
-    return render(request, template, context)
+    if not region:
+        return render(request, template, region_context(None))
+    reading = livecache.poll(
+        request, _key(region), EVERY[region], lambda: _reader(region, Shared(db_now()))()
+    )
+    if reading is None:
+        return HttpResponse(status=204)
+    return render(request, template, _context({region: reading}))
 
 
 def runs_region(request: HttpRequest, act: ActionContext) -> HttpResponse:

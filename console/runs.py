@@ -5,13 +5,13 @@ reason, next to "close stuck run" (through ``runs.transitions.close_run``)."""
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from console import dashboard
-from console.htmx import dom_id, region_template, unchanged, version_of
+from console import dashboard, livecache
+from console.htmx import dom_id, region_template, version_of
 from console.policy import ActionContext, action, page
 from core.clock import db_now
 from runs import transitions
@@ -19,6 +19,8 @@ from runs.models import Run, RunStatus
 from runs.selectors import RunView, StoreOverview, Stuck, store_overview, stuck_reasons
 
 RUNS = "console/runs.html"
+# How often a store's live block polls (its ``hx-trigger``), in seconds.
+LIVE_EVERY = 5
 
 
 # --- read model -------------------------------------------------------------------------------
@@ -34,6 +36,8 @@ class StoreCard:
     now: dt.datetime
     # Why the current run is stuck (DESIGN §3), None when it is not (or not active).
     stuck: Stuck | None = None
+    # livecache.clock() just before the read: the live block's token carries it.
+    stamp: float = 0.0
 
     @property
     def store(self) -> str:
@@ -67,6 +71,15 @@ class StoreCard:
         )
 
     @property
+    def live_every(self) -> int:
+        return LIVE_EVERY
+
+    @property
+    def token(self) -> str:
+        """The live block's ``data-v``: its version and read time (console.livecache)."""
+        return f"{self.version}.{round(self.stamp * 1000)}"
+
+    @property
     def closable(self) -> bool:
         """Only a row stored ``active`` can be closed (lapsed or not)."""
         current = self.overview.current
@@ -74,6 +87,7 @@ class StoreCard:
 
 
 def store_cards(*, store: str | None = None) -> list[StoreCard]:
+    stamp = livecache.clock()
     now = db_now()
     cards = []
     overviews = store_overview(now, store=store)
@@ -91,6 +105,7 @@ def store_cards(*, store: str | None = None) -> list[StoreCard]:
                 takeovers=takeovers,
                 now=now,
                 stuck=stuck.get(overview.current.run.run_id) if overview.current else None,
+                stamp=stamp,
             )
         )
     return cards
@@ -99,18 +114,38 @@ def store_cards(*, store: str | None = None) -> list[StoreCard]:
 # --- views ------------------------------------------------------------------------------------
 
 
+def _live_reader(store: str):
+    def read() -> tuple[dict, str]:
+        cards = store_cards(store=store)
+        if not cards:
+            raise Http404(f"no runs for store {store!r}")
+        return {"card": cards[0], "now": cards[0].now}, cards[0].version
+
+    return read
+
+
 @page(permission="runs.view_run")
 def runs(request: HttpRequest) -> HttpResponse:
     # ``?store=`` (the audit log links runs this way) narrows the page to that store; a card's
-    # live block polls the same way, targeting its own id.
+    # live block polls the same way, targeting its own id, and its poll is answered from a
+    # reading shared between operators when one is recent enough (console.livecache).
     store = request.GET.get("store") or None
     live = {dom_id("live", store): "store-live"} if store else None
     template = region_template(request, RUNS, ("runs-stores",), default="runs-stores", targets=live)
+    if store and template == f"{RUNS}#store-live":
+        reading = livecache.poll(request, f"runs:{store}", LIVE_EVERY, _live_reader(store))
+        if reading is None:
+            return HttpResponse(status=204)
+        context = reading.for_render()
+        # The shared card renders with the render's clock (lease bar, ages), the read's stamp.
+        card = replace(context["card"], now=context["now"], stamp=reading.stamp)
+        return render(request, template, {"card": card})
     cards = store_cards(store=store)
-    if template == f"{RUNS}#store-live":
-        if not cards:
-            raise Http404(f"no runs for store {store!r}")
-        return unchanged(request, cards[0].version) or render(request, template, {"card": cards[0]})
+    for card in cards:
+        livecache.SHARED.keep(
+            f"runs:{card.store}",
+            livecache.Reading({"card": card, "now": card.now}, card.version, card.stamp),
+        )
     return render(request, template, {"cards": cards, "store": store})
 
 

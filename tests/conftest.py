@@ -5,6 +5,9 @@
 - Django's test flush (transactional tests) must empty the append-only audit table; the flush
   drops the audit triggers, deletes, and reinstalls them. Nothing else is exempt.
 - Playwright's sync API keeps an event loop running; allow the ORM in that process (tests only).
+- Live regions are not shared between polls (``CONSOLE_LIVE_CACHE = 0``): a test that changes
+  something and polls expects to see it at once. tests/console/test_livecache.py turns sharing
+  on and tests it.
 """
 
 from __future__ import annotations
@@ -44,6 +47,16 @@ def _patch_flush() -> None:
 
 
 _patch_flush()
+
+
+@pytest.fixture(autouse=True)
+def _live_regions_read_afresh(settings):
+    from console import livecache
+
+    settings.CONSOLE_LIVE_CACHE = 0
+    livecache.SHARED.clear()
+    yield
+    livecache.SHARED.clear()
 
 
 def _suite_vendor() -> str:
