@@ -704,7 +704,23 @@ def test_lifecycle_matches_the_model(settings_override) -> None:
     )
     print("\nsteps by outcome:", ", ".join(f"{k} {n}" for k, n in sorted(SEEN.items())))
     if EXAMPLES >= 1000:
-        assert [label for label in MUST_SEE if not SEEN[label]] == []
+        assert [label for label in MUST_SEE if not _reached(label)] == []
+
+
+def _kinds(label: str) -> tuple[str, set[str]]:
+    verdict, _sep, kinds = label.partition(": ")
+    return verdict, set(kinds.split("+"))
+
+
+def _reached(label: str) -> bool:
+    """Some step ended with the verdict and at least these events: a sweep that expired one
+    lease to FAILED and another to READY in the same step ("moved: LEASE_EXPIRED->FAILED+
+    LEASE_EXPIRED->READY") did reach LEASE_EXPIRED->FAILED."""
+    verdict, wanted = _kinds(label)
+    return any(
+        n and seen[0] == verdict and wanted <= seen[1]
+        for seen, n in ((_kinds(key), count) for key, count in SEEN.items())
+    )
 
 
 @pytest.fixture
