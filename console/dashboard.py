@@ -12,6 +12,7 @@ that reading (console.livecache: the data is the same for everyone).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -120,12 +121,10 @@ EVERY: dict[str, int] = {
 }
 
 
-def _reader(name: str, shared: Shared) -> Callable[[], tuple[dict[str, Any], str]]:
-    def read() -> tuple[dict[str, Any], str]:
-        part = {"now": shared.now, **REGIONS[name](shared)}
-        return part, VERSIONS[name](part)
-
-    return read
+def _read(name: str, shared: Shared) -> tuple[dict[str, Any], str]:
+    """One region's context and version."""
+    part = {"now": shared.now, **REGIONS[name](shared)}
+    return part, VERSIONS[name](part)
 
 
 def _key(name: str) -> str:
@@ -148,7 +147,7 @@ def region_context(names: list[str] | None, now: dt.datetime | None = None) -> d
     polls that follow (console.livecache)."""
     shared = Shared(db_now(now))
     readings = {
-        name: livecache.read(_key(name), _reader(name, shared))
+        name: livecache.read(_key(name), functools.partial(_read, name, shared))
         for name in REGIONS
         if names is None or name in names
     }
@@ -166,7 +165,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     if not region:
         return render(request, template, region_context(None))
     reading = livecache.poll(
-        request, _key(region), EVERY[region], lambda: _reader(region, Shared(db_now()))()
+        request, _key(region), EVERY[region], lambda: _read(region, Shared(db_now()))
     )
     if reading is None:
         return HttpResponse(status=204)

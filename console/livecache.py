@@ -49,8 +49,7 @@ class Reading:
 
     @property
     def token(self) -> str:
-        """The region's ``data-v``: its version and its read time (ms), sent back by polls."""
-        return f"{self.version}.{round(self.stamp * 1000)}"
+        return token(self.version, self.stamp)
 
     def for_render(self) -> dict[str, Any]:
         """The context, its ``now`` moved on by the reading's age (lease bars count from it)."""
@@ -58,6 +57,11 @@ class Reading:
         if not isinstance(now, dt.datetime):
             return self.context
         return {**self.context, "now": now + dt.timedelta(seconds=clock() - self.stamp)}
+
+
+def token(version: str, stamp: float) -> str:
+    """A region's ``data-v``: its version and its read time (ms), sent back by polls."""
+    return f"{version}.{round(stamp * 1000)}"
 
 
 def parse_token(value: str) -> tuple[str, float | None]:
@@ -104,7 +108,7 @@ SHARED = SharedReadings()
 
 def window(every: float) -> float:
     """How long a reading of a region that polls every ``every`` seconds is shared."""
-    return max(float(getattr(settings, "CONSOLE_LIVE_CACHE", 0.5)), 0.0) * every
+    return settings.CONSOLE_LIVE_CACHE * every
 
 
 def read(key: str, reader: Callable[[], tuple[dict[str, Any], str]]) -> Reading:

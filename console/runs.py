@@ -77,7 +77,7 @@ class StoreCard:
     @property
     def token(self) -> str:
         """The live block's ``data-v``: its version and read time (console.livecache)."""
-        return f"{self.version}.{round(self.stamp * 1000)}"
+        return livecache.token(self.version, self.stamp)
 
     @property
     def closable(self) -> bool:

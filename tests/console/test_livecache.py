@@ -6,9 +6,6 @@ a shared reading count from the time of the render."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -22,10 +19,9 @@ from runs.consolidators import PlannedGroup, PlannedMember
 from runs.transitions import plan_run
 from tests.console.pagekit import login
 from tests.factories import make_job
+from tests.support.startup import manage_check
 
 pytestmark = pytest.mark.django_db
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -176,25 +172,10 @@ def test_tokens_parse_or_match_nothing(value, parsed):
 
 
 @pytest.mark.parametrize("value", ["abc", "2", "-0.1"])
-def test_a_bad_share_refuses_to_start(value):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "check"],
-        env={**_env(), "CONSOLE_LIVE_CACHE": value},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_a_bad_share_refuses_to_start(tmp_path, value):
+    proc = manage_check(tmp_path, CONSOLE_LIVE_CACHE=value)
     assert proc.returncode != 0
     assert "CONSOLE_LIVE_CACHE must be a share of the poll interval" in proc.stderr
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    env = dict(os.environ)
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    return env
 
 
 def test_a_store_live_block_poll_is_answered_from_the_runs_page_reading(monkeypatch):

@@ -7,10 +7,6 @@ without ever being retried; admin used to accept it.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.core import checks
@@ -23,7 +19,7 @@ from inbox.errors import ConfigurationError
 from inbox.jobtypes import registry
 from inbox.models import Job, JobState
 from tests.factories import make_job
-from tests.support.procdb import MANAGE, ROOT
+from tests.support.startup import manage_check
 
 pytestmark = pytest.mark.django_db
 
@@ -121,16 +117,7 @@ def test_job_type_with_max_attempts_three_is_used(settings) -> None:
 
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_setting_inbox_max_attempts_below_one_refuses_to_start(tmp_path, value) -> None:
-    env = {**os.environ, "INBOX_MAX_ATTEMPTS": value, "CONSOLE_VAR_DIR": str(tmp_path)}
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    proc = subprocess.run(
-        [sys.executable, MANAGE, "check"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = manage_check(tmp_path, INBOX_MAX_ATTEMPTS=value)
     assert proc.returncode != 0
     assert "INBOX_MAX_ATTEMPTS" in proc.stderr
     assert "at least 1" in proc.stderr
