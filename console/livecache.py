@@ -70,7 +70,7 @@ def parse_token(value: str) -> tuple[str, float | None]:
     version, _dot, stamp = value.partition(".")
     try:
         return version, int(stamp) / 1000 if stamp else None
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or too many digits for a float
         return version, None
 
 

@@ -151,6 +151,14 @@ def test_sharing_off_reads_every_poll(monkeypatch, settings):
     assert data_queries(captured.captured_queries)
 
 
+@pytest.mark.parametrize("token", ["x." + "9" * 400, "a.b.c", "<script>", ".", "x.-5"])
+def test_a_hostile_token_is_an_ordinary_poll(token):
+    client = operator("a")
+    response = poll(client, "dashboard-counts", token)
+    assert response.status_code == 200
+    assert token_of(response.content.decode(), "dashboard-counts") != token
+
+
 def test_made_up_keys_cannot_grow_the_process():
     for i in range(livecache.MAX_READINGS * 3):
         livecache.SHARED.keep(f"k{i}", livecache.Reading({}, "v", float(i)))
@@ -165,6 +173,7 @@ def test_made_up_keys_cannot_grow_the_process():
         ("abc.x", ("abc", None)),
         ("", ("", None)),
         ("a.b.c", ("a", None)),
+        ("x." + "9" * 400, ("x", None)),
     ],
 )
 def test_tokens_parse_or_match_nothing(value, parsed):
