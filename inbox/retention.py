@@ -9,6 +9,9 @@ transaction; on PostgreSQL a batch skips rows another transaction holds right no
 for the next prune) instead of waiting on them.
 
 Never deleted: audit events (DESIGN §2: a pruned job's trail stays in the log, by job id).
+Deleted with the jobs (same cut, their own batches): the throughput chart's per-minute counts
+(``FinishedCount``) of minutes before the cut.
+
 Deleted with their job, in the same transaction: its approval rows. An approval row is the
 executor's working copy for the re-check before a DELETE runs; once the job is gone nothing
 reads it, and the decision itself — approver, reason, approval id, expiry — is kept in the
@@ -35,7 +38,7 @@ from django.db.models import Q, QuerySet
 
 from core.clock import db_now
 from core.db import locked
-from inbox.models import TERMINAL_STATES, Approval, Job, Worker, WorkerStatus
+from inbox.models import TERMINAL_STATES, Approval, FinishedCount, Job, Worker, WorkerStatus
 
 PRUNED_STATES = tuple(sorted(TERMINAL_STATES))
 DEFAULT_BATCH = 500
@@ -69,6 +72,8 @@ def _quiet(_line: str) -> None:
 class PruneReport:
     jobs: int = 0
     approvals: int = 0
+    # Per-minute throughput counts (``FinishedCount``) of minutes before the cut.
+    counts: int = 0
     batches: int = 0
     seconds: float = 0.0
 
@@ -111,6 +116,7 @@ def prune_jobs(
         ids = prunable_jobs(cut).values_list("job_id", flat=True)
         report.jobs = prunable_jobs(cut).order_by().count()
         report.approvals = Approval.objects.filter(job_id__in=ids).count()
+        report.counts = FinishedCount.objects.filter(minute__lt=cut).count()
         report.seconds = time.monotonic() - started
         return report
     last_said = started
@@ -134,8 +140,22 @@ def prune_jobs(
             last_said = time.monotonic()
             rate = report.jobs / max(last_said - started, 1e-9)
             progress(f"jobs: {report.jobs:,} deleted so far ({rate:,.0f}/s)")
+    report.counts = _prune_counts(cut, batch)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _prune_counts(cut: dt.datetime, batch: int) -> int:
+    """Delete the throughput counts of minutes before ``cut``, ``batch`` rows per transaction.
+    Writers only ever add to the current minute's rows, so nothing waits on these."""
+    deleted = 0
+    while True:
+        ids = list(
+            FinishedCount.objects.filter(minute__lt=cut).values_list("pk", flat=True)[:batch]
+        )
+        if not ids:
+            return deleted
+        deleted += FinishedCount.objects.filter(pk__in=ids, minute__lt=cut).delete()[0]
 
 
 # --- heartbeats ---------------------------------------------------------------------------------

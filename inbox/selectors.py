@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, connections
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from audit.models import AuditEvent, EventType
 from core import paging
 from inbox.jobtypes import registry
-from inbox.models import HELD_STATES, Job, JobState, Worker, WorkerStatus
+from inbox.models import HELD_STATES, FinishedCount, Job, JobState, Worker, WorkerStatus
 from inbox.scopes import paused_scopes
 from inbox.transitions import lapsed_outcome
 from inbox.workers import is_alive
@@ -437,23 +437,15 @@ def dashboard_alerts(now: dt.datetime) -> Alerts:
 
 # Finished = reached SUCCEEDED, FAILED or OUTCOME_UNKNOWN (DESIGN §4 "throughput"): the three
 # ways an execution ends. The last two make the failed / unknown rate.
-FINISHED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.OUTCOME_UNKNOWN)
 BAD_STATES = (JobState.FAILED, JobState.OUTCOME_UNKNOWN)
-
-
-# Rows the throughput chart reads per finished state, at most. At a sustained 1,000 jobs/s the
-# last hour holds 3.6M finished jobs; counting them all on every poll would be a full scan.
-THROUGHPUT_CAP = 50_000
 
 
 @dataclass(frozen=True)
 class Throughput:
-    """Jobs finished per minute, oldest first, zero-filled: in total, per scope, and how many of
-    them failed or ended unknown."""
+    """Executions finished per minute, oldest first, zero-filled: in total, per scope, and how
+    many of them failed or ended unknown."""
 
     points: list[tuple[str, int]]
-    # "HH:MM" when the cap cut the count: that minute and the ones before it are undercounted.
-    partial_through: str = ""
     # {scope: finished per minute}, aligned with ``points``.
     by_scope: dict[str, list[int]] = field(default_factory=dict)
     # FAILED + OUTCOME_UNKNOWN per minute, aligned with ``points``.
@@ -468,63 +460,36 @@ class Throughput:
         ]
 
 
-def throughput_per_minute(
-    now: dt.datetime, minutes: int = 60, cap: int = THROUGHPUT_CAP
-) -> Throughput:
-    """Jobs finished per minute over the last ``minutes``, per scope and per outcome: one
-    bounded query.
+def throughput_per_minute(now: dt.datetime, minutes: int = 60) -> Throughput:
+    """Executions finished per minute over the last ``minutes``, per scope and per outcome: one
+    query over the per-minute counts (``FinishedCount``), exact however busy the hour.
 
-    A finished job's ``updated_at`` is the moment it finished. Each finished state reads at most
-    its newest ``cap`` rows, a backward range scan of ``Job(state, updated_at)``
-    (job_state_updated_idx); a busier hour shows its recent minutes exact and says from where
-    the older ones are cut. Cheaper than the audit log (three times the rows). A FAILED job an
-    operator has since retried no longer counts; the audit page has the full history.
+    The counts are written where jobs finish, in the same statement (``inbox.transitions``),
+    one row per minute, scope, final state and writing process; this reads at most a few
+    hundred of them, a range of their key's index. They count endings: a FAILED job retried
+    and finished again counts twice, and an OUTCOME_UNKNOWN counts where it ended, reconciled
+    or not.
     """
     start = (now - dt.timedelta(minutes=minutes - 1)).replace(second=0, microsecond=0)
-    table = connection.ops.quote_name(Job._meta.db_table)
-    if connection.vendor == "postgresql":
-        minute = "date_trunc('minute', updated_at)"
-    else:
-        minute = "strftime('%%Y-%%m-%%d %%H:%%M:00', updated_at)"
-    branch = (
-        f"SELECT * FROM (SELECT %s AS b, scope, updated_at FROM {table} WHERE state = %s "
-        "AND updated_at >= %s ORDER BY updated_at DESC LIMIT %s) AS {name}"
+    rows = (
+        FinishedCount.objects.filter(minute__gte=start, minute__lte=now)
+        .values_list("minute", "scope", "state")
+        .annotate(n=Sum("finished"))
+        .order_by()
     )
-    sql = (
-        f"SELECT b, scope, {minute} AS m, COUNT(*) FROM ("
-        + " UNION ALL ".join(branch.format(name=f"s{i}") for i in range(len(FINISHED_STATES)))
-        + ") AS t GROUP BY b, scope, m"
-    )
-    since = connection.ops.adapt_datetimefield_value(start)
-    params: list[object] = []
-    for i, state in enumerate(FINISHED_STATES):
-        params += [i, str(state), since, cap]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
     buckets = [0] * minutes
     bad = [0] * minutes
     by_scope: dict[str, list[int]] = {}
-    bad_branches = {i for i, state in enumerate(FINISHED_STATES) if state in BAD_STATES}
-    oldest: dict[int, int] = {}  # per branch: its oldest minute index
-    totals: dict[int, int] = {}  # per branch: rows read
-    for b, scope, minute_at, count in rows:
-        if isinstance(minute_at, str):
-            minute_at = dt.datetime.fromisoformat(minute_at).replace(tzinfo=dt.UTC)
+    for minute_at, scope, state, count in rows:
         index = int((minute_at - start).total_seconds() // 60)
-        oldest[b] = min(oldest.get(b, index), index)
-        totals[b] = totals.get(b, 0) + count
         if 0 <= index < minutes:
             buckets[index] += count
             by_scope.setdefault(scope, [0] * minutes)[index] += count
-            if b in bad_branches:
+            if state in BAD_STATES:
                 bad[index] += count
-    cut = [oldest[b] for b, total in totals.items() if total >= cap]
     labels = [(start + dt.timedelta(minutes=i)).strftime("%H:%M") for i in range(minutes)]
-    partial = labels[max(cut)] if cut and 0 <= max(cut) < minutes else ""
     return Throughput(
         list(zip(labels, buckets, strict=True)),
-        partial,
         by_scope=dict(sorted(by_scope.items())),
         bad=bad,
     )

@@ -23,6 +23,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ from inbox.jobtypes import (
     registry,
     validate_job_document,
 )
-from inbox.models import HELD_STATES, Job, JobState, ScopePause
+from inbox.models import FINISHED_STATES, HELD_STATES, FinishedCount, Job, JobState, ScopePause
 
 __all__ = [
     "EDITABLE_FIELDS",
@@ -558,6 +559,8 @@ def _conclude(
         for point in _fault_points(move.allowed, move.to):
             faults.point(f"{point}:{job_type}")
     record_events(moved_events)
+    if rows and move.to in FINISHED_STATES and connection.vendor != "postgresql":
+        _count_finished([after for after, _before in rows.values()])
     return rows, plan.refused, plan.stale, plan.drifted, targets
 
 
@@ -636,6 +639,10 @@ def _write(plans: Sequence[_Plan]) -> list[dict[str, list[Any]]]:
             )
             ctes.append(f"e{n} AS ({insert})")
             params.append(plan.move.actor)
+    ended = [f"m{n}" for n, plan in active if plan.move.to in FINISHED_STATES]
+    if ended:
+        ctes.append(f"f AS ({_count_finished_sql(ended)})")
+        params.append(os.getpid())
     if len(active) == 1 and len(ctes) == 1:
         sql = update  # a plain UPDATE … RETURNING
     else:
@@ -653,6 +660,42 @@ def _write(plans: Sequence[_Plan]) -> list[dict[str, list[Any]]]:
     for n, _plan in active:
         out[n] = _rows_from(by_part[n])
     return out
+
+
+# --- the throughput counts (``FinishedCount``) ------------------------------------------------
+
+
+def _count_finished_sql(moved: Sequence[str]) -> str:
+    """PostgreSQL: the INSERT that adds the rows ``moved`` (CTE names) into finished states to
+    this process's per-minute counts, as a CTE of the statement that moves them (no round trip
+    of its own). One parameter: the shard."""
+    table = FinishedCount._meta.db_table
+    rows = " UNION ALL ".join(f"SELECT updated_at, scope, state FROM {name}" for name in moved)
+    return (
+        f"INSERT INTO {table} (minute, scope, state, shard, finished) "
+        f"SELECT date_trunc('minute', updated_at, 'UTC'), scope, state, %s::integer, count(*) "
+        f"FROM ({rows}) AS ended GROUP BY 1, 2, 3 "
+        "ON CONFLICT (minute, scope, state, shard) "
+        f"DO UPDATE SET finished = {table}.finished + EXCLUDED.finished"
+    )
+
+
+def _count_finished(jobs: Iterable[Job]) -> None:
+    """SQLite: the same counts as ``_count_finished_sql``, from the moved rows, in the move's
+    transaction."""
+    counts: dict[tuple[dt.datetime, str, str], int] = {}
+    for job in jobs:
+        key = (job.updated_at.replace(second=0, microsecond=0), job.scope, str(job.state))
+        counts[key] = counts.get(key, 0) + 1
+    table = FinishedCount._meta.db_table
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} (minute, scope, state, shard, finished) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (minute, scope, state, shard) "
+            "DO UPDATE SET finished = finished + excluded.finished",
+            [(adapt(m), scope, state, os.getpid(), n) for (m, scope, state), n in counts.items()],
+        )
 
 
 def _update_sql(plan: _Plan, *, picked: str | None) -> tuple[str, list[Any]]:
@@ -848,7 +891,7 @@ def _null_of(column: str) -> str:
 
 # What a lean RETURNING always carries: the id, the seal's inputs, the new state and time.
 _LEAN_ALWAYS = frozenset(
-    {"job_id", "state", "updated_at", "fingerprint", "payload", *IMMUTABLE_COLUMNS}
+    {"job_id", "state", "scope", "updated_at", "fingerprint", "payload", *IMMUTABLE_COLUMNS}
 )
 _DATETIMES = tuple(
     i for i, f in enumerate(Job._meta.concrete_fields) if f.get_internal_type() == "DateTimeField"

@@ -69,6 +69,20 @@ def test_run_executors_on_saves_and_approved_deletes_every_job_settles_once(proc
     assert all(executed[doc["job_id"]] == 1 for doc in deletes)
     assert all(attempts[doc["job_id"]] == 1 for doc in deletes)
     assert not list((vault_dir(proc_db)).rglob(".tmp-*"))
+    # The throughput counts, written by four processes at once, match the jobs exactly, and
+    # each process wrote only its own rows.
+    counted = proc_db.query(
+        "SELECT scope, state, SUM(finished), MIN(shard), MAX(shard) FROM inbox_finishedcount "
+        "GROUP BY scope, state"
+    )
+    ended = proc_db.query(
+        "SELECT scope, state, COUNT(*) FROM inbox_job GROUP BY scope, state ORDER BY 1, 2"
+    )
+    assert sorted((scope, state, int(n)) for scope, state, n, _a, _b in counted) == [
+        (scope, state, n) for scope, state, n in ended
+    ]
+    pids = {proc.pid for proc in procs}
+    assert {int(shard) for *_rest, low, high in counted for shard in (low, high)} <= pids
     for proc in procs:
         summary = re.search(r"stopped: (\d+) jobs .* \(([\d.]+) jobs/s\)", output_of(proc))
         assert summary is not None

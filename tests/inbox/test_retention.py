@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from audit.models import AuditEvent
 from core.clock import db_now
 from inbox import approvals, retention, transitions, workers
-from inbox.models import Approval, Job, JobState, Worker
+from inbox.models import Approval, FinishedCount, Job, JobState, Worker
 from tests.console.conftest import ensure_roles
 from tests.factories import make_job
 
@@ -84,6 +84,22 @@ def test_prune_works_in_batches_until_done(later) -> None:
     assert report.jobs == 7
     assert report.batches == 4
     assert not Job.objects.exists()
+
+
+def test_prune_deletes_the_throughput_counts_of_minutes_before_the_cut(later) -> None:
+    make_job("save", state=JobState.SUCCEEDED)  # now: before the cut of ``later``
+    young = later - dt.timedelta(days=1)
+    make_job("save", state=JobState.FAILED, at=young)
+    make_job("save", state=JobState.SUCCEEDED, at=young)
+    assert FinishedCount.objects.count() == 3
+    dry = retention.prune_jobs(older_than=THIRTY_DAYS, at=later, dry_run=True)
+    assert dry.counts == 1 and FinishedCount.objects.count() == 3
+    report = retention.prune_jobs(older_than=THIRTY_DAYS, at=later, batch=1)
+    assert report.counts == 1
+    assert sorted(FinishedCount.objects.values_list("state", "finished")) == [
+        ("FAILED", 1),
+        ("SUCCEEDED", 1),
+    ]
 
 
 def test_prune_dry_run_counts_and_deletes_nothing(later) -> None:

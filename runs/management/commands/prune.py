@@ -15,11 +15,12 @@ from runs.retention import prune_runs
 class Command(ConsoleCommand):
     help = (
         "Delete terminal jobs (SUCCEEDED, REJECTED, RECONCILED) that finished before the cut, "
-        "with their approval rows, and closed consolidation runs (closed before the cut) with "
-        "their groups and members. Works in small batches, each its own short transaction, "
-        "printing progress; every DELETE re-checks state and age, so a job or run that changed "
-        "meanwhile is kept. Audit events are never deleted: a pruned job's trail stays in the "
-        "audit log. --dry-run counts what would go and deletes nothing."
+        "with their approval rows and the throughput chart's per-minute counts, and closed "
+        "consolidation runs (closed before the cut) with their groups and members. Works in "
+        "small batches, each its own short transaction, printing progress; every DELETE "
+        "re-checks state and age, so a job or run that changed meanwhile is kept. Audit events "
+        "are never deleted: a pruned job's trail stays in the audit log. --dry-run counts what "
+        "would go and deletes nothing."
     )
 
     def add_arguments(self, parser) -> None:
@@ -56,8 +57,8 @@ class Command(ConsoleCommand):
         jobs = prune_jobs(older_than=age, batch=options["batch"], dry_run=dry, progress=say)
         verb = "would delete" if dry else "deleted"
         say(
-            f"jobs: {verb} {jobs.jobs:,} (and {jobs.approvals:,} approval rows) "
-            f"in {jobs.seconds:.1f}s"
+            f"jobs: {verb} {jobs.jobs:,} (and {jobs.approvals:,} approval rows, "
+            f"{jobs.counts:,} per-minute throughput counts) in {jobs.seconds:.1f}s"
         )
         runs = prune_runs(older_than=age, batch=options["batch"], dry_run=dry, progress=say)
         say(
