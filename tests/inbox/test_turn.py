@@ -276,3 +276,27 @@ def test_executor_on_a_queue_it_cannot_take_as_one_goes_step_by_step(monkeypatch
     assert Job.objects.get(job_id=bad).result_code == "SCHEMA_INVALID"
     assert [states[i] for i in ids if i != bad] == [S.SUCCEEDED, S.SUCCEEDED]
     assert (stats.succeeded, stats.rejected) == (2, 1)
+
+
+def test_job_of_matches_the_orm() -> None:
+    """The writer builds instances of returned rows without ``Model.__init__``; they must be
+    the instances the ORM would build, and nothing may listen for Job's init signals."""
+    from django.db.models import signals
+
+    from inbox.transitions import _COLUMNS, _job_of, _rows_from
+
+    assert not signals.pre_init.has_listeners(Job)
+    assert not signals.post_init.has_listeners(Job)
+    job = make_job("save", JobState.EXECUTING)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(_COLUMNS)} FROM inbox_job WHERE job_id = %s", [job.pk])
+        (row,) = _rows_from(cursor.fetchall()).values()
+    built, read = _job_of(row), Job.objects.get(pk=job.pk)
+    assert {f.attname: getattr(built, f.attname) for f in Job._meta.concrete_fields} == {
+        f.attname: getattr(read, f.attname) for f in Job._meta.concrete_fields
+    }
+    assert (built._state.adding, built._state.db) == (read._state.adding, read._state.db)
+    assert built == read and built.get_deferred_fields() == set()
+    built.note = "edited through the built instance"
+    built.save(update_fields=["note"])
+    assert Job.objects.get(pk=job.pk).note == "edited through the built instance"
