@@ -524,8 +524,11 @@ def self_time_by_library(raw: dict) -> list[tuple[str, float]]:
 def summarise_profile(stats: Any, jobs: int) -> str:
     """Where one job's time goes: database round trips vs Python, and the hot functions."""
     raw = stats.stats  # {(file, line, func): (cc, nc, tt, ct, callers)}
+    # The worker loop's run (inbox/loop.py; the executor's own before the redesign).
     loops = [
-        v[3] for (f, _l, fn), v in raw.items() if f.endswith("inbox/executor.py") and fn == "run"
+        v[3]
+        for (f, _l, fn), v in raw.items()
+        if f.endswith(("inbox/loop.py", "inbox/executor.py")) and fn == "run"
     ]
     loops += [v[3] for (f, _l, fn), v in raw.items() if f.endswith("ourside.py") and fn == "work"]
     loops += [v[3] for (f, _l, fn), v in raw.items() if f.endswith("db_worker.py") and fn == "run"]
