@@ -7,7 +7,8 @@ claim it saw (a sweep), the lease (running or lapsed) and the seal: the fingerpr
 recomputed from the immutable columns and payload keys the UPDATE returns. ``_move`` also writes
 down every refusal in one place: a stale holder's write (STALE_WRITE_REJECTED), a fingerprint
 drift (FINGERPRINT_DRIFT) and an illegal transition (an ``InvalidTransition`` naming the job,
-the from-state and the to-state, nothing written).
+the from-state and the to-state, nothing written). A move into a finished state also adds its
+rows to the throughput chart's per-minute counts (``FinishedCount``), in the same statement.
 
 The public functions are thin callers — each names its from-states, to-state, field effects and
 events — with a set form (``claim_next_jobs``, ``begin_jobs``, ``finish_jobs``,
