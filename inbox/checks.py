@@ -6,7 +6,10 @@ which runs the checks first), not by a worker halfway through its first job.
 - ``inbox.E003`` the production profile runs with a development secret key or DEBUG on;
 - ``inbox.E010`` (tag ``workers``, needs the database) the database cannot keep claims safe
   for worker processes (SQLite without WAL or IMMEDIATE transactions). Workers run this check
-  before they start; ``manage.py check --tag workers --database default`` runs it by hand.
+  before they start; ``manage.py check --tag workers --database default`` runs it by hand;
+- ``inbox.E011`` (tag ``workers``, PostgreSQL) the connecting role lacks a privilege a worker
+  needs on one of its tables, typically a table a migration added after the grants
+  (docs/postgres-app-role.sql) were last applied.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from django.core import checks
 from django.db import DEFAULT_DB_ALIAS
 
 from core.errors import ConfigurationError
-from inbox.dbcheck import worker_database_problems
+from inbox.dbcheck import missing_privileges, worker_database_problems
 from inbox.jobtypes import registry
 
 WORKERS = "workers"
@@ -85,10 +88,31 @@ def check_database_for_workers(
     ]
 
 
+@checks.register(WORKERS, checks.Tags.database)
+def check_worker_privileges(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    if not databases or DEFAULT_DB_ALIAS not in databases:
+        return []
+    missing = missing_privileges()
+    if not missing:
+        return []
+    return [
+        checks.Error(
+            "the database role cannot do what workers do: " + "; ".join(missing),
+            hint="Run docs/postgres-app-role.sql as the tables' owner after every migrate "
+            "(the README's PostgreSQL section).",
+            id="inbox.E011",
+        )
+    ]
+
+
 def require_worker_checks() -> None:
     """Run every check a worker needs (the ``inbox`` and ``workers`` tags, with the database);
     raise ``ConfigurationError`` naming each error."""
     found = checks.run_checks(tags=["inbox", WORKERS], databases=[DEFAULT_DB_ALIAS])
     errors = [m for m in found if m.level >= checks.ERROR]
     if errors:
-        raise ConfigurationError("; ".join(f"{m.id}: {m.msg}" for m in errors))
+        raise ConfigurationError(
+            "; ".join(f"{m.id}: {m.msg}" + (f" ({m.hint})" if m.hint else "") for m in errors)
+        )

@@ -38,6 +38,40 @@ def worker_database_problems() -> list[str]:
     return problems
 
 
+def _worker_privileges() -> list[tuple[str, str]]:
+    """(table, privilege) pairs every worker needs: the job path, its counts, its audit rows
+    and its heartbeat; approvals and pauses are only read."""
+    from audit.models import AuditEvent
+    from inbox.models import Approval, FinishedCount, Job, ScopePause, Worker
+
+    needs = {
+        Job: ("SELECT", "INSERT", "UPDATE"),
+        FinishedCount: ("SELECT", "INSERT", "UPDATE"),
+        Worker: ("SELECT", "INSERT", "UPDATE"),
+        AuditEvent: ("SELECT", "INSERT"),
+        Approval: ("SELECT",),
+        ScopePause: ("SELECT",),
+    }
+    return [(model._meta.db_table, p) for model, privileges in needs.items() for p in privileges]
+
+
+def missing_privileges() -> list[str]:
+    """PostgreSQL: what the connecting role may not do to the tables a worker writes (empty:
+    nothing missing, or SQLite). A table a migration added after the grants were last applied
+    (docs/postgres-app-role.sql) shows here at start-up instead of failing every finish."""
+    if connection.vendor != "postgresql":
+        return []
+    tables, privileges = zip(*_worker_privileges(), strict=True)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_user, t, p FROM unnest(%s::text[], %s::text[]) AS x(t, p) "
+            "WHERE to_regclass(t) IS NOT NULL AND NOT has_table_privilege(t, p)",
+            [list(tables), list(privileges)],
+        )
+        rows = cursor.fetchall()
+    return [f"role {user} may not {privilege} on {table}" for user, table, privilege in rows]
+
+
 def describe_database() -> str:
     """A one-line description of the default database, for a worker's start line."""
     if connection.vendor == "postgresql":

@@ -98,6 +98,26 @@ def test_processes_connect_as_the_role_that_owns_nothing(role_db: ProcDB) -> Non
     assert out.split() == [ROLE, "0"]
 
 
+def test_a_worker_refuses_to_start_when_a_grant_is_missing(role_db: ProcDB) -> None:
+    """A table a migration added after the grants (inbox_finishedcount came with 0010) would
+    fail every finish as "permission denied"; the worker says so before it claims anything."""
+    import psycopg
+
+    with psycopg.connect(role_db.url, autocommit=True) as conn:
+        conn.execute(f"REVOKE INSERT, UPDATE ON inbox_finishedcount FROM {ROLE}")
+    role_db.manage("enqueue", "-", input=json.dumps(save_doc()) + "\n")
+    proc = role_db.manage("run_executor", "--scope", "save", "--exit-when-idle", check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0, said
+    assert "inbox.E011" in said and "docs/postgres-app-role.sql" in said, said
+    assert f"role {ROLE} may not INSERT on inbox_finishedcount" in said, said
+    assert f"role {ROLE} may not UPDATE on inbox_finishedcount" in said, said
+    assert role_db.query("SELECT state FROM inbox_job") == [("READY",)]  # nothing claimed
+    approle.apply_grants(role_db.url, ROLE)
+    role_db.manage("run_executor", "--scope", "save", "--exit-when-idle")
+    assert role_db.query("SELECT state FROM inbox_job") == [("SUCCEEDED",)]
+
+
 def test_console_work_goes_on_as_the_role(role_db: ProcDB) -> None:
     save, delete = save_doc(), delete_doc()
     target = role_db.workdir / "vault" / delete["vault_path"]
