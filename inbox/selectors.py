@@ -435,8 +435,8 @@ def dashboard_alerts(now: dt.datetime) -> Alerts:
     )
 
 
-# Finished = reached SUCCEEDED, FAILED or OUTCOME_UNKNOWN (DESIGN §4 "throughput"): the three
-# ways an execution ends. The last two make the failed / unknown rate.
+# Of the three ways an execution ends (``inbox.models.FINISHED_STATES``, DESIGN §4
+# "throughput"), these two make the chart's failed / unknown rate.
 BAD_STATES = (JobState.FAILED, JobState.OUTCOME_UNKNOWN)
 
 
