@@ -84,6 +84,32 @@ def record_events(events: Iterable[Event]) -> int:
         return len(AuditEvent.objects.bulk_create(e.to_model() for e in items))
     table = connection.ops.quote_name(AuditEvent._meta.db_table)
     adapt = connection.ops.adapt_datetimefield_value
+    columns = "job_id, run_id, event_type, actor, result_code, detail, created_at"
+    if connection.vendor != "postgresql":
+        # SQLite: one prepared single-row INSERT run for each row (executemany). Reading the
+        # rows out of one JSON text with json_extract would parse it once per column. The
+        # events of one change share their time: it is adapted once.
+        texts: dict[dt.datetime, str] = {}
+        params = []
+        for item in items:
+            if (text := texts.get(item.at)) is None:
+                text = texts[item.at] = str(adapt(item.at))
+            params.append(
+                (
+                    item.job_id,
+                    item.run_id,
+                    str(item.event_type),
+                    item.actor,
+                    item.result_code or "",
+                    json.dumps(item.detail or {}),
+                    text,
+                )
+            )
+        with prepared_cursor() as cursor:
+            cursor.executemany(
+                f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)", params
+            )
+        return len(items)
     rows = [
         {
             "job_id": item.job_id,
@@ -96,23 +122,6 @@ def record_events(events: Iterable[Event]) -> int:
         }
         for item in items
     ]
-    columns = "job_id, run_id, event_type, actor, result_code, detail, created_at"
-    if connection.vendor != "postgresql":
-        # SQLite: one prepared single-row INSERT run for each row (executemany). Reading the
-        # rows out of one JSON text with json_extract would parse it once per column.
-        params = [
-            (
-                *(r[c] for c in ("job_id", "run_id", "event_type", "actor", "result_code")),
-                json.dumps(r["detail"]),
-                r["created_at"],
-            )
-            for r in rows
-        ]
-        with connection.cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)", params
-            )
-        return len(items)
     # PostgreSQL: the rows travel as one JSON array, so the statement text is the same for
     # any number of rows (prepared once), and one json.dumps in C encodes them all.
     source = (

@@ -8,16 +8,19 @@ import datetime as dt
 from django.db import connection
 from django.utils.dateparse import parse_datetime
 
+from core.db import prepared_cursor
+
 
 def db_now(at: dt.datetime | None = None) -> dt.datetime:
     """The database's current time (or ``at``)."""
     if at is not None:
         return at
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
             # statement_timestamp(), not now(): now() is frozen at the transaction's start.
             cursor.execute("SELECT statement_timestamp()")
             return cursor.fetchone()[0]
+    with prepared_cursor() as cursor:
         # SQLite's clock is the host's C library clock, shared by every process on the host.
         cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
         return parse_sqlite_datetime(cursor.fetchone()[0])

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.backends.signals import connection_created
+from django.db.backends.sqlite3.base import SQLiteCursorWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Model, QuerySet
 from psycopg.pq import TransactionStatus
@@ -90,7 +91,8 @@ def prepared_cursor():  # -> django.db.backends.utils.CursorWrapper
     executions and PostgreSQL stops planning it per call. Django's own cursors bind on the
     client (its ORM SQL is not always preparable), so nothing else changes. Behind PgBouncer
     (transaction pooling) the threshold is off and this is server-side binding without
-    prepared statements. On SQLite it is the ordinary cursor.
+    prepared statements. On SQLite it is an ordinary cursor, except that its statement texts
+    are turned from ``%s`` into ``?`` once per process instead of by a regex on every call.
 
     Only for hand-written SQL whose parameters all carry their types (casts where PostgreSQL
     could not infer one); it goes through Django's execute wrappers, error translation and
@@ -99,6 +101,8 @@ def prepared_cursor():  # -> django.db.backends.utils.CursorWrapper
     UPDATE.
     """
     db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor == "sqlite":
+        return _sqlite_cursor(db)
     if db.vendor != "postgresql":
         return db.cursor()
     db.close_if_health_check_failed()
@@ -130,3 +134,35 @@ class _KeptCursor(CursorWrapper):
 class _KeptDebugCursor(CursorDebugWrapper):
     def __exit__(self, *exc_info: object) -> None:
         return None
+
+
+class _QmarkCache(SQLiteCursorWrapper):
+    """Django's SQLite cursor, converting each ``%s`` statement text once: the writers' texts
+    are a small set repeated for every job. Mapping parameters keep Django's own conversion."""
+
+    def convert_query(self, query, *, param_names=None):
+        if param_names is not None:
+            return super().convert_query(query, param_names=param_names)
+        converted = _QMARK_TEXTS.get(query)
+        if converted is None:
+            if len(_QMARK_TEXTS) >= _QMARK_TEXTS_MAX:
+                _QMARK_TEXTS.clear()
+            converted = _QMARK_TEXTS[query] = super().convert_query(query)
+        return converted
+
+
+# Converted statement texts (hand-written, a few dozen shapes); emptied if it ever fills up.
+_QMARK_TEXTS: dict[str, str] = {}
+_QMARK_TEXTS_MAX = 512
+
+
+def _sqlite_cursor(db):  # -> django.db.backends.utils.CursorWrapper
+    """``db.cursor()`` on SQLite (health check, connect, thread check, the debug wrapper when
+    queries are logged) with the caching cursor class; execute wrappers, error translation and
+    the query log work as for any cursor."""
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    with db.wrap_database_errors:
+        raw = db.connection.cursor(factory=_QmarkCache)
+    return CursorDebugWrapper(raw, db) if db.queries_logged else CursorWrapper(raw, db)

@@ -300,3 +300,42 @@ def test_job_of_matches_the_orm() -> None:
     built.note = "edited through the built instance"
     built.save(update_fields=["note"])
     assert Job.objects.get(pk=job.pk).note == "edited through the built instance"
+
+
+def test_new_job_matches_the_orm() -> None:
+    """``build_job`` makes its unsaved Job without ``Model.__init__``; it must be the instance
+    ``Job(**values)`` makes — every default, an unsaved state — and save like one."""
+    from inbox.transitions import _new_job
+
+    values = {
+        "job_id": "new-job-1",
+        "job_version": 1,
+        "mission_id": "m-new",
+        "job_type": "NOOP",
+        "scope": "noop",
+        "object_id": "o-new",
+        "vault_path": "",
+        "payload": {"job_id": "new-job-1"},
+        "idempotency_key": "new:1",
+        "requested_by": "tester",
+        "max_attempts": 3,
+        "supersedes": None,
+        "run_after": None,
+    }
+    built, made = _new_job(**values), Job(**values)
+    names = [f.attname for f in Job._meta.concrete_fields]
+    assert [repr(getattr(built, n)) for n in names] == [repr(getattr(made, n)) for n in names]
+    assert (built._state.adding, built._state.db) == (made._state.adding, made._state.db)
+    assert set(built.__dict__) == set(made.__dict__)
+    # A second instance shares no mutable state with the first.
+    other = _new_job(**{**values, "job_id": "new-job-2", "idempotency_key": "new:2"})
+    other.note = "only mine"
+    assert built.note == "" and built._state is not other._state
+    built.save(force_insert=True)
+    stored = Job.objects.get(pk="new-job-1")
+    assert (stored.state, stored.worker_id, stored.attempt_count, stored.max_attempts) == (
+        JobState.CREATED,
+        "",
+        0,
+        3,
+    )
