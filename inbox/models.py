@@ -121,7 +121,12 @@ class Job(models.Model):
             models.Index(
                 fields=["mission_id"], name="job_mission_idx", opclasses=["varchar_pattern_ops"]
             ),
-            models.Index(fields=["worker_id"], name="job_worker_idx"),
+            # Jobs a worker has held (the jobs list's worker filter). A job that was never
+            # claimed has no worker and no entry: an enqueue writes one index fewer, and a
+            # claim adds an entry instead of moving one (inbox 0011).
+            models.Index(
+                fields=["worker_id"], condition=~Q(worker_id=""), name="job_worker_set_idx"
+            ),
             # The workers page's held count per scope: an index-only range for each scope,
             # where the lease index made it read every held row (inbox 0009).
             models.Index(

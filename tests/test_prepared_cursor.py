@@ -15,10 +15,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_prepared_cursor_statements_are_logged_when_captured() -> None:
-    with CaptureQueriesContext(connection) as captured:
-        with prepared_cursor() as cursor:
-            cursor.execute("SELECT %s, '100%%'", ["x"])
-            assert cursor.fetchone() == ("x", "100%")
+    with CaptureQueriesContext(connection) as captured, prepared_cursor() as cursor:
+        cursor.execute("SELECT %s, '100%%'", ["x"])
+        assert cursor.fetchone() == ("x", "100%")
     assert len(captured.captured_queries) == 1
 
 
@@ -38,19 +37,18 @@ def test_prepared_cursor_runs_execute_wrappers() -> None:
 
 
 def test_prepared_cursor_translates_errors() -> None:
-    with pytest.raises(IntegrityError), transaction.atomic():
-        with prepared_cursor() as cursor:
-            # The same primary key twice: the driver's error comes out as Django's.
-            cursor.execute(
-                "INSERT INTO inbox_scopepause (scope, paused, reason, changed_by, changed_at) "
-                "VALUES (%s, %s, '', 'x', CURRENT_TIMESTAMP)",
-                ["dup", True],
-            )
-            cursor.execute(
-                "INSERT INTO inbox_scopepause (scope, paused, reason, changed_by, changed_at) "
-                "VALUES (%s, %s, '', 'x', CURRENT_TIMESTAMP)",
-                ["dup", True],
-            )
+    with pytest.raises(IntegrityError), transaction.atomic(), prepared_cursor() as cursor:
+        # The same primary key twice: the driver's error comes out as Django's.
+        cursor.execute(
+            "INSERT INTO inbox_scopepause (scope, paused, reason, changed_by, changed_at) "
+            "VALUES (%s, %s, '', 'x', CURRENT_TIMESTAMP)",
+            ["dup", True],
+        )
+        cursor.execute(
+            "INSERT INTO inbox_scopepause (scope, paused, reason, changed_by, changed_at) "
+            "VALUES (%s, %s, '', 'x', CURRENT_TIMESTAMP)",
+            ["dup", True],
+        )
 
 
 @pytest.mark.sqlite

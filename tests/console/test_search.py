@@ -157,3 +157,31 @@ def test_payload_filter_exact_key_value_on_postgresql_or_a_clear_refusal(client,
         assert "The payload filter needs PostgreSQL" in html
         # Refused, not silently ignored as "everything": the field is named in the message.
         assert "payload:" in html
+
+
+def test_worker_filter_reads_the_partial_worker_index(client, viewer):
+    """The worker filter matches only that worker's jobs and reads ``job_worker_set_idx``,
+    which holds only jobs that have a worker (never-claimed jobs write no entry)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from console.filters import JobFilter
+    from inbox.models import Job, JobState
+
+    held = make_job("noop", JobState.EXECUTING)
+    make_job("noop")
+    assert held.worker_id
+    html = _list(client, worker=held.worker_id)
+    assert held.job_id in html
+    with CaptureQueriesContext(connection) as captured:
+        list(JobFilter({"worker": held.worker_id}, queryset=Job.objects.all()).qs[:5])
+    [query] = captured.captured_queries
+    plan = _plan(query["sql"].replace("%", "%%"), [])
+    assert "job_worker_set_idx" in plan, plan
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'job_worker_set_idx'")
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE name = 'job_worker_set_idx'")
+        (definition,) = cursor.fetchone()
+    # Partial: the never-claimed READY job above has no entry in it.
+    assert "WHERE" in definition and "worker_id" in definition.split("WHERE")[1], definition
