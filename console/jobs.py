@@ -205,7 +205,9 @@ def _newer(qs: QuerySet[Job], ordering: keyset.Ordering, listing: keyset.Page) -
     if listing.rows:
         first = ordering.values(listing.rows[0])
         before = keyset.seek(qs, ordering, first, backward=True, inclusive=False)
-        return capped_count(before, NEWER_CAP)
+        # Nearest first, in the order's index: the count is a range scan that stops at the cap.
+        nearest = before.order_by(*ordering.order_by(reverse=True))
+        return capped_count(nearest, NEWER_CAP, keep_order=True)
     return capped_count(qs, NEWER_CAP)
 
 

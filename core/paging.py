@@ -11,10 +11,16 @@ from django.utils.functional import cached_property
 COUNT_CAP = 10_000
 
 
-def capped_count(qs: QuerySet, cap: int | None = None) -> int:
-    """Count at most ``cap + 1`` rows: one bounded query, never a full-table COUNT(*)."""
+def capped_count(qs: QuerySet, cap: int | None = None, *, keep_order: bool = False) -> int:
+    """Count at most ``cap + 1`` rows: one bounded query, never a full-table COUNT(*).
+
+    ``keep_order``: count along the queryset's order (an index's), for a range the planner
+    cannot size — a row-value comparison such as a keyset seek. Unordered, PostgreSQL may
+    prefer a sequential scan that looks for the ``cap + 1`` rows until the table ends when
+    there are fewer (8 ms at 18,000 jobs, a whole scan of millions at scale); in index order
+    the scan starts at the range and stops after the cap."""
     cap = COUNT_CAP if cap is None else cap
-    return qs.order_by()[: cap + 1].count()
+    return (qs if keep_order else qs.order_by())[: cap + 1].count()
 
 
 def count_label(count: int, cap: int | None = None) -> str:
