@@ -285,8 +285,9 @@ def _filter_snapshot(params: QueryDict) -> list[tuple[str, str]]:
 # --- job detail -------------------------------------------------------------------------------
 
 
-def _load_job(job_id: str) -> Job:
-    job = Job.objects.filter(job_id=job_id).first()
+def _load_job(job_id: str, *, payload: bool = True) -> Job:
+    jobs = Job.objects.all() if payload else Job.objects.defer("payload")
+    job = jobs.filter(job_id=job_id).first()
     if job is None:
         raise Http404(f"no job {job_id!r}")
     return job
@@ -372,18 +373,21 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     """Identity, immutable fields, payload, lease, attempts, trail and the allowed actions.
 
     The page's watcher (``job-watch``) polls with the version it shows: unchanged, the answer
-    is 204 and costs three small queries (job row, newest event id, the holder's heartbeat
-    when held) and no rendering; changed, every panel comes back as an out-of-band swap.
+    is 204 and costs three small queries (job row without its payload, newest event id, the
+    holder's heartbeat when held) and no rendering; changed, every panel comes back as an
+    out-of-band swap.
     """
-    job = _load_job(job_id)
     target = request.htmx.target if request.htmx else None
     if target == "job-watch" and not request.htmx.history_restore_request:
+        # A SAVE's payload carries its content (megabytes): the version does not need it.
+        job = _load_job(job_id, payload=False)
         now = db_now()
         orphan = orphaned([job], now).get(job.job_id)
         if request.GET.get("v") == detail_token(job, _last_event_id(job.job_id), orphan):
             return HttpResponse(status=204)
-        context = {**_detail_context(request, job), "oob": True}
+        context = {**_detail_context(request, _load_job(job_id)), "oob": True}
         return render(request, f"{DETAIL}#job-refresh", context)
+    job = _load_job(job_id)
     template = region_template(request, DETAIL, DETAIL_REGIONS, default="job-summary")
     return render(request, template, _detail_context(request, job))
 

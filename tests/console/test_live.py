@@ -97,6 +97,8 @@ def test_job_watch_unchanged_is_204_in_four_small_queries(client, viewer):
     # 4 for the session, user and permissions (every page), 4 the poll's own: the job by its
     # key, the clock, the holder's heartbeat and the newest event id (an index probe).
     assert len(captured.captured_queries) <= 8
+    # Nothing reads the payload (a SAVE's content can be megabytes, every 3 s per watcher).
+    assert not any('"payload"' in q["sql"] for q in captured.captured_queries)
 
 
 def test_job_watch_after_a_change_refreshes_every_panel_out_of_band(client, viewer):
