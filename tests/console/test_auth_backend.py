@@ -120,3 +120,27 @@ def test_a_deactivated_user_is_logged_out_on_the_next_request():
     user.save()
     response = client.get(reverse("console:home"))
     assert response.status_code == 302 and "login" in response["Location"]
+
+
+def test_get_user_brings_the_permissions_in_the_same_query():
+    """The request's user comes with its permissions (one statement): its checks make no query
+    of their own, and they answer as Django's backend does for every kind of user."""
+    from django.contrib.auth.backends import ModelBackend
+    from django.contrib.auth.models import Permission
+
+    direct = make_user("direct", None)
+    direct.user_permissions.add(Permission.objects.get(codename="view_job"))
+    grouped = make_user("grouped", "operator")
+    nobody = make_user("nobody", None)
+    root = make_user("root", None, superuser=True)
+    for user in (direct, grouped, nobody, root):
+        backend = ConsoleModelBackend()
+        with CaptureQueriesContext(connection) as queries:
+            loaded = backend.get_user(user.pk)
+            checked = loaded.has_perm("inbox.view_job"), loaded.has_perm("auth.delete_user")
+        expected = ModelBackend().get_all_permissions(fresh(user))
+        assert backend.get_all_permissions(loaded) == expected, user.username
+        assert checked == ("inbox.view_job" in expected or user.is_superuser, user.is_superuser)
+        if not user.is_superuser:
+            assert len(queries) == 1, [q["sql"] for q in queries]
+        assert not hasattr(loaded, "console_permissions")
