@@ -173,6 +173,26 @@ def pg_cpu_seconds() -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def pg_quiesce(timeout: float = 60.0) -> float:
+    """Let the server settle before a measured round: a CHECKPOINT (the dirty pages of the
+    last rounds written now, not during the next drain), then wait until no autovacuum worker
+    runs (the rows the last round churned are being vacuumed; whichever round came next paid
+    for it). Returns the seconds waited. Every system's round starts from the same calm."""
+    import time
+
+    start = time.monotonic()
+    with _pg_admin() as conn:
+        conn.execute("CHECKPOINT")
+        while time.monotonic() - start < timeout:
+            busy = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            ).fetchone()[0]
+            if not busy:
+                break
+            time.sleep(0.25)
+    return time.monotonic() - start
+
+
 def drop_pg_db(name: str) -> None:
     with _pg_admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -19,12 +19,14 @@ left for another job of the round. The refresh rates are therefore the templates
 are.
 
 Measured, rounds alternating quiet / loaded (``--repeats`` each, default 3):
-- **drain rate**: N jobs bulk-loaded READY, K ``run_executor --exit-when-idle`` processes (the
-  throughput benchmark's ``drain_ours``: N / first claim → last completion, read back from the
-  database); quiet = no operator, loaded = the operators polling from before the first executor
-  starts to after the last exits;
-- **page latency** under load: p50/p95 per poller (and per full page load), requests sent from
-  the start of the executors to the round's read-back (the drain and the processes' start-up);
+- **drain rate**: N jobs bulk-loaded READY in a paused scope, K ``run_executor`` processes
+  started and registered, then the scope resumed (the throughput benchmark's
+  ``drain_ours_warm``: N / first claim → last completion, read back from the database; the
+  executors are long-running processes, so their Python start-up is not part of the drain;
+  ``--cold`` starts them with the jobs waiting instead); quiet = no operator, loaded = the
+  operators polling from ``--warmup`` seconds before the resume until the drain is over;
+- **page latency** under load: p50/p95 per poller (and per full page load), requests sent
+  during the drain (resume → last job finished);
 - **cost of one poll**, with nothing draining: M sequential requests per poller, first with the
   version the page shows (what a poll of an unchanged page costs) and then without one (a poll
   that must render); CPU of the gunicorn workers plus PostgreSQL's processes, per request.
@@ -348,6 +350,9 @@ class DrainResult:
     client_cpu_s: float = 0.0
     web_cores: float = 0.0
     executor_cpu_ms_per_job: float = float("nan")
+    # PostgreSQL's CPU over the drain per job drained: the executors' statements, and in a
+    # loaded round the console's queries too (the difference is what the console costs there).
+    server_cpu_ms_per_job: float = float("nan")
 
 
 def drain_round(
@@ -358,22 +363,36 @@ def drain_round(
     n: int,
     load: Load | None,
     warmup: float,
+    cold: bool = False,
 ) -> DrainResult:
     mission = f"live-{mode}-{repeat}"
-    tp.ours_json(url, "load", "--n", str(n), "--mission", mission)
     r = tp.Round("ours", "pg", K, repeat, n)
     cpu_before = time.process_time()
-    if load is not None:
-        load.job_ids = [f"{mission}-{i:07d}" for i in range(n)]
-        load.start()
-        time.sleep(warmup)
-    web_before, start = web_cpu_seconds(web), time.perf_counter()
-    tp.drain_ours(url, r, mission, [], direct=False)
-    end = time.perf_counter()
+    marks: dict[str, tuple[float, float]] = {}
+
+    def operators_in() -> None:
+        if load is not None:
+            load.job_ids = [f"{mission}-{i:07d}" for i in range(n)]
+            load.start()
+            time.sleep(warmup)
+
+    def at(when: str) -> None:
+        marks[when] = (web_cpu_seconds(web), time.perf_counter())
+
+    if cold:
+        tp.ours_json(url, "load", "--n", str(n), "--mission", mission)
+        operators_in()
+        at("start")
+        tp.drain_ours(url, r, mission, [], direct=False)
+        at("end")
+    else:
+        tp.drain_ours_warm(url, r, mission, [], before_release=operators_in, at=at)
+    (web0, start), (web1, end) = marks["start"], marks["end"]
     result = DrainResult(mode, repeat, r.span_rate, r.note)
     # The cores gunicorn used while the executors ran: what the console took from the drain.
-    result.web_cores = (web_cpu_seconds(web) - web_before) / (end - start)
+    result.web_cores = (web1 - web0) / (end - start)
     result.executor_cpu_ms_per_job = r.cpu_ms_per_job
+    result.server_cpu_ms_per_job = r.server_cpu_ms_per_job
     if load is not None:
         load.finish()
         result.samples = [s for s in load.samples if start <= s.sent <= end]
@@ -481,12 +500,35 @@ def report(
             statuses[s.name][s.status] += 1
     worst_p95 = max((bl.percentile(v, 95) for v in samples.values()), default=float("nan"))
     loaded_rounds = [d for d in drains if d.mode == "loaded"]
+    # Each loaded round against the quiet rounds on either side of it (the rate drifts as the
+    # table grows and as the machine's neighbours come and go): a drop per pair.
+    paired = []
+    for i, d in enumerate(drains):
+        if d.mode != "loaded":
+            continue
+        around = [x.rate for x in (drains[i - 1 : i] + drains[i + 1 : i + 2]) if x.mode == "quiet"]
+        if around:
+            base = sum(around) / len(around)
+            paired.append((d.rate and (base - d.rate) / base * 100) if base else float("nan"))
     errors: dict[str, int] = defaultdict(int)
     for d in loaded_rounds:
         for k, v in d.errors.items():
             errors[k] += v
+    start_words = (
+        "started with the jobs waiting (`run_executor --scope noop --exit-when-idle`: their "
+        "start-up inside the drain)"
+        if args.cold
+        else "already running when the round's jobs are released (`run_executor --scope noop`, "
+        "the jobs waiting in a paused scope until every executor is up, then resumed; stopped "
+        "when none is left)"
+    )
+    window = (
+        "the executors' start to the round's read-back"
+        if args.cold
+        else "the resume to the last job finished"
+    )
     body = [
-        f"K = {K} executors (`run_executor --scope noop --exit-when-idle`) drain N = "
+        f"K = {K} executors, {start_words}, drain N = "
         f"{args.jobs:,} READY NOOP jobs per round on PostgreSQL, beside {args.history:,} finished "
         f"jobs; gunicorn {args.web_workers} sync workers, `CONSOLE_ENV=production`, "
         f"`CONSOLE_LIVE_CACHE` {live_cache(args)}; "
@@ -504,6 +546,7 @@ def report(
                 "requests in the window",
                 "gunicorn cores in the window",
                 "executors' CPU ms/job",
+                "PostgreSQL CPU ms/job",
                 "note",
             ],
             [
@@ -514,6 +557,7 @@ def report(
                     len(d.samples) if d.mode == "loaded" else "—",
                     f"{d.web_cores:.2f}",
                     f"{d.executor_cpu_ms_per_job:.2f}",
+                    f"{d.server_cpu_ms_per_job:.2f}",
                     d.note,
                 )
                 for d in drains
@@ -522,17 +566,24 @@ def report(
         "",
         f"- median quiet: **{q:,.0f} jobs/s**; median loaded: **{lo:,.0f} jobs/s**; drop "
         f"**{drop:.1f} %** (goal ≤ 10 %: {'met' if drop <= 10 else 'NOT met'})",
+        "- each loaded round against the mean of the quiet rounds beside it: "
+        + " / ".join(f"{p:.1f} %" for p in paired)
+        + f" (median {bl.median(paired):.1f} %)",
+        "- PostgreSQL CPU per job drained, median: quiet "
+        f"{bl.median(d.server_cpu_ms_per_job for d in drains if d.mode == 'quiet'):.2f} ms, "
+        f"loaded {bl.median(d.server_cpu_ms_per_job for d in loaded_rounds):.2f} ms (the "
+        "difference is the console's queries, per job)",
         f"- gunicorn used {bl.median(d.web_cores for d in loaded_rounds):.2f} of "
         f"{os.cpu_count()} cores while the executors ran (loaded rounds, median): that CPU, and "
-        "the PostgreSQL work of its queries, is what the console takes from the drain; "
-        "executors' CPU per job includes their start-up",
-        "- operators' requests per loaded round (executors' start to read-back): "
+        "the PostgreSQL work of its queries, is what the console takes from the drain"
+        + ("; executors' CPU per job includes their start-up" if args.cold else ""),
+        f"- operators' requests per loaded round ({window}): "
         f"{sum(len(d.samples) for d in loaded_rounds) / max(len(loaded_rounds), 1):,.0f}"
         "; the benchmark's own CPU over the loaded rounds (client threads): "
         f"{sum(d.client_cpu_s for d in loaded_rounds):.1f} s",
         f"- errors: {dict(errors) if errors else 'none'}",
         "",
-        "## Page latency under load (requests sent while the executors start, drain and exit)",
+        f"## Page latency under load (requests sent from {window})",
         "",
         bl.table(
             ["poller / page", "requests", "statuses", "p50 ms", "p95 ms", "max ms"],
@@ -595,6 +646,12 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=100000, help="finished jobs (100,000)")
     parser.add_argument("--web-workers", type=int, default=2, help="gunicorn workers (2)")
     parser.add_argument("--warmup", type=float, default=5.0, help="operators before drain (5 s)")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="start the executors with the jobs waiting (their start-up inside the drain) "
+        "instead of before the jobs are released",
+    )
     parser.add_argument("--poll-requests", type=int, default=100, help="per poller (100)")
     parser.add_argument(
         "--live-cache",
@@ -635,11 +692,13 @@ def main() -> None:
         bl.say(f"poll cost ({args.poll_requests} requests per poller) …")
         costs = poll_cost(url, web, port, sessions[0], args.poll_requests)
         # One drain not measured: the executors' and the server's caches warm, as in a session.
-        drain_round(url, web, "warm-up", 0, min(args.jobs, 2000), None, 0)
+        drain_round(url, web, "warm-up", 0, min(args.jobs, 2000), None, 0, args.cold)
         for rep in range(1, args.repeats + 1):
             for mode in ("quiet", "loaded"):
                 load = Load(port, sessions, []) if mode == "loaded" else None
-                drains.append(drain_round(url, web, mode, rep, args.jobs, load, args.warmup))
+                drains.append(
+                    drain_round(url, web, mode, rep, args.jobs, load, args.warmup, args.cold)
+                )
     finally:
         web.terminate()
         web.wait(timeout=30)

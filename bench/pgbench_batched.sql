@@ -1,18 +1,25 @@
 -- The batched lifecycle ceiling (bench/throughput.py): our executor's shape in pure SQL on our own
--- tables (inbox_job, audit_auditevent with its append-only triggers). One pgbench "transaction"
--- is a batch of 10 jobs, written as our executor writes them:
---   1. claim: pick 10 READY ids with SKIP LOCKED, one guarded UPDATE ... RETURNING that claims
---      and begins them (READY -> EXECUTING, as inbox.transitions.claim_and_begin_jobs), and
---      their CLAIMED, STARTED and AUTHORIZED audit rows in one INSERT, one transaction;
---   2. complete: one guarded UPDATE of the 10 on their claims (EXECUTING -> SUCCEEDED) and their
---      EXECUTED and SUCCEEDED audit rows, a second transaction.
--- The same rows, columns and event details as ours: only Python is missing.
+-- tables (inbox_job, audit_auditevent with its append-only triggers, inbox_finishedcount). One
+-- pgbench "transaction" is a batch of 10 jobs, written as our executor writes them:
+--   1. claim: pick 10 READY ids of a scope that is not paused with SKIP LOCKED, one guarded
+--      UPDATE ... RETURNING that claims and begins them (READY -> EXECUTING, as
+--      inbox.transitions.claim_and_begin_jobs) and sends their whole rows to the client (the
+--      executor runs the jobs from them), their CLAIMED, STARTED and AUTHORIZED audit rows in one
+--      INSERT, one transaction;
+--   2. complete: one guarded UPDATE of the 10 on their claims (EXECUTING -> SUCCEEDED) that sends
+--      back the sealed columns (the executor re-checks each seal), their EXECUTED and SUCCEEDED
+--      audit rows, and the client's per-minute count of finished jobs (the throughput chart's
+--      inbox_finishedcount, one row per client and minute), a second transaction.
+-- The same rows, columns and event details as ours: only Python is missing. (Until 2026-12-03
+-- this script sent no rows back, skipped the pause check and wrote no count: see
+-- bench/results/ANALYSIS-20261203.md.)
 -- Run with -M prepared and N / 10 transactions in all (N READY jobs loaded).
 BEGIN;
 WITH picked AS MATERIALIZED (
     SELECT job_id FROM inbox_job
     WHERE state = 'READY' AND scope = 'noop'
       AND (run_after IS NULL OR run_after <= statement_timestamp())
+      AND NOT EXISTS (SELECT 1 FROM inbox_scopepause WHERE scope = 'noop' AND paused)
     ORDER BY created_at, job_id
     LIMIT 10
     FOR UPDATE SKIP LOCKED
@@ -25,7 +32,7 @@ WITH picked AS MATERIALIZED (
         attempt_count = j.attempt_count + 1, updated_at = statement_timestamp()
     FROM picked
     WHERE j.job_id = picked.job_id AND j.state = 'READY'
-    RETURNING j.job_id, j.claim_id, j.attempt_count, j.lease_until, j.fingerprint, j.updated_at
+    RETURNING j.*
 ), audited AS (
     INSERT INTO audit_auditevent (job_id, run_id, event_type, actor, result_code, detail, created_at)
     SELECT c.job_id, NULL, e.event_type, 'pgbench', '',
@@ -42,7 +49,9 @@ WITH picked AS MATERIALIZED (
     CROSS JOIN (VALUES (1, 'CLAIMED'), (2, 'STARTED'), (3, 'AUTHORIZED')) AS e(k, event_type)
     ORDER BY c.job_id, e.k
 )
-SELECT coalesce(string_agg(job_id || ' ' || claim_id, ','), '') AS batch FROM claimed
+SELECT coalesce(string_agg(job_id || ' ' || claim_id, ','), '') AS batch,
+       coalesce(json_agg(claimed)::text, '') AS claimed_rows
+FROM claimed
 \gset
 COMMIT;
 BEGIN;
@@ -55,17 +64,27 @@ WITH held AS (
         updated_at = statement_timestamp()
     FROM held
     WHERE j.job_id = held.job_id AND j.claim_id = held.claim_id AND j.state = 'EXECUTING'
-    RETURNING j.job_id, j.updated_at
+    RETURNING j.job_id, j.mission_id, j.job_type, j.scope, j.object_id, j.vault_path,
+              j.approval_id, j.payload, j.state, j.result_code, j.fingerprint, j.updated_at
+), audited AS (
+    INSERT INTO audit_auditevent (job_id, run_id, event_type, actor, result_code, detail, created_at)
+    SELECT d.job_id, NULL, e.event_type, 'pgbench', 'OK',
+           CASE e.k
+               WHEN 1 THEN jsonb_build_object('from', 'EXECUTING', 'to', 'SUCCEEDED',
+                   'handler', 'inbox.handlers.noop', 'duration_ms', 0.0)
+               ELSE jsonb_build_object('from', 'EXECUTING', 'to', 'SUCCEEDED')
+           END,
+           d.updated_at
+    FROM done AS d
+    CROSS JOIN (VALUES (1, 'EXECUTED'), (2, 'SUCCEEDED')) AS e(k, event_type)
+    ORDER BY d.job_id, e.k
+), counted AS (
+    INSERT INTO inbox_finishedcount (minute, scope, state, shard, finished)
+    SELECT date_trunc('minute', updated_at, 'UTC'), scope, state, :client_id, count(*)
+    FROM done
+    GROUP BY 1, 2, 3
+    ON CONFLICT (minute, scope, state, shard)
+    DO UPDATE SET finished = inbox_finishedcount.finished + EXCLUDED.finished
 )
-INSERT INTO audit_auditevent (job_id, run_id, event_type, actor, result_code, detail, created_at)
-SELECT d.job_id, NULL, e.event_type, 'pgbench', 'OK',
-       CASE e.k
-           WHEN 1 THEN jsonb_build_object('from', 'EXECUTING', 'to', 'SUCCEEDED',
-               'handler', 'inbox.handlers.noop', 'duration_ms', 0.0)
-           ELSE jsonb_build_object('from', 'EXECUTING', 'to', 'SUCCEEDED')
-       END,
-       d.updated_at
-FROM done AS d
-CROSS JOIN (VALUES (1, 'EXECUTED'), (2, 'SUCCEEDED')) AS e(k, event_type)
-ORDER BY d.job_id, e.k;
+SELECT * FROM done;
 COMMIT;
