@@ -213,3 +213,32 @@ def test_first_page_poll_counts_newer_rows_by_an_index_range(client, viewer):
             finally:
                 cursor.execute("RESET enable_seqscan")
         assert "job_created_idx" in plan, plan
+
+
+def test_audit_first_page_poll_counts_newer_events_by_a_primary_key_range(client, viewer):
+    """The audit log's first-page poll counts the events that arrived above it (capped) along
+    the primary key, nearest first. Unordered, a planner whose statistics lag the appends (a
+    drain writes five events per job) sequentially scanned the whole log: 36 ms a poll at
+    400,000 events, every 10 s per operator."""
+    make_job("noop")
+    page = client.get(reverse("console:event_list")).content.decode()
+    poll = unescape(re.search(r'id="audit-rows"[^>]*hx-get="([^"]*)"', page).group(1))
+    assert "top=1" in poll
+    make_job("noop")  # two events newer than the page's first row: REQUESTED and READY
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(reverse("console:event_list") + poll, headers=hx("audit-rows"))
+    assert response.status_code == 200
+    assert "2 new events since this page loaded" in response.content.decode()
+    [count] = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"]]
+    assert 'ORDER BY "audit_auditevent"."event_id" ASC LIMIT 100' in count, count
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            # A test table is a page long, where a sequential scan is right: can the index
+            # serve the count? (The ORDER BY above is what makes the planner use it at scale.)
+            cursor.execute("SET enable_seqscan = off")
+            try:
+                cursor.execute("EXPLAIN " + count.replace("%", "%%"))
+                plan = "\n".join(row[0] for row in cursor.fetchall())
+            finally:
+                cursor.execute("RESET enable_seqscan")
+        assert "audit_auditevent_pkey" in plan, plan
