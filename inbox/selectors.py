@@ -532,8 +532,12 @@ def ready_age_by_scope(now: dt.datetime, cap: int = READY_AGE_CAP) -> list[Ready
         return connection.ops.adapt_datetimefield_value(now - dt.timedelta(seconds=seconds))
 
     for i, scope in enumerate(names):
+        # The first entry of the index, never an aggregate over the range: given a row
+        # estimate of 1 (statistics behind a fresh backlog), PostgreSQL planned MIN() as a scan
+        # of every READY entry of the scope (61 ms at 130,000 waiting, every poll).
         parts.append(
-            f"(SELECT MIN(created_at) FROM {table} WHERE state = %s AND scope = %s) AS o{i}"
+            f"(SELECT created_at FROM {table} WHERE state = %s AND scope = %s "
+            f"ORDER BY created_at LIMIT 1) AS o{i}"
         )
         params += [str(JobState.READY), scope]
         for j, (_label, low) in enumerate(edges):

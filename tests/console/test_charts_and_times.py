@@ -9,8 +9,10 @@ import datetime as dt
 import re
 
 import pytest
+from django.db import connection
 from django.template import Context, Template
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from inbox import selectors, transitions
@@ -146,3 +148,19 @@ def test_no_button_posts_by_itself_so_the_browser_checks_required_reasons(client
             if "logout" in form:
                 continue
             assert "hx-post=" in form, (url, form)
+
+
+def test_ready_age_oldest_is_the_first_claim_index_entry_not_an_aggregate():
+    """The oldest READY job per scope is read as the first entry of the claim index
+    (``ORDER BY created_at LIMIT 1``). As ``MIN(created_at)``, PostgreSQL with a row estimate
+    of 1 (statistics behind a fresh backlog) planned a scan of every READY entry of the scope:
+    61 ms at 130,000 waiting, on every poll of the dashboard."""
+    now = transitions.db_now()
+    make_job("save", at=now - dt.timedelta(minutes=3))
+    make_job("save", at=now - dt.timedelta(minutes=1))
+    with CaptureQueriesContext(connection) as captured:
+        ages = {age.scope: age for age in selectors.ready_age_by_scope(now)}
+    assert ages["save"].oldest_seconds == 3 * 60
+    [sql] = [q["sql"] for q in captured.captured_queries]
+    assert "MIN(" not in sql.upper()
+    assert sql.count("ORDER BY created_at LIMIT 1") == len(ages)
