@@ -173,15 +173,21 @@ def pg_cpu_seconds() -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def pg_quiesce(timeout: float = 60.0) -> float:
-    """Let the server settle before a measured round: a CHECKPOINT (the dirty pages of the
-    last rounds written now, not during the next drain), then wait until no autovacuum worker
-    runs (the rows the last round churned are being vacuumed; whichever round came next paid
-    for it). Returns the seconds waited. Every system's round starts from the same calm."""
+def pg_quiesce(name: str, timeout: float = 120.0) -> float:
+    """Let database ``name`` settle before a measured round, as a production server would
+    between two bursts: ``VACUUM (ANALYZE)`` (the dead rows and stale statistics the last rounds
+    left; this machine's server runs with ``autovacuum = off``, so nothing else ever removes
+    them and every round would drain a table fuller of dead entries than the one before), a
+    ``CHECKPOINT`` (the dirty pages written now, not during the next drain), then no autovacuum
+    worker running where autovacuum is on. Returns the seconds it took. Every system's round
+    starts from the same calm; nothing of it is inside a measured span."""
     import time
 
+    import psycopg
+
     start = time.monotonic()
-    with _pg_admin() as conn:
+    with psycopg.connect(pg_url(name), autocommit=True, connect_timeout=5) as conn:
+        conn.execute("VACUUM (ANALYZE)")
         conn.execute("CHECKPOINT")
         while time.monotonic() - start < timeout:
             busy = conn.execute(
@@ -282,6 +288,7 @@ def pg_facts() -> dict[str, str]:
         "effective_cache_size",
         "random_page_cost",
         "jit",
+        "autovacuum",
     )
     try:
         with _pg_admin() as conn:

@@ -303,7 +303,7 @@ def drain_ours_warm(
                 raise RuntimeError(f"an executor did not start (log: var/bench/logs/{tag}-*)")
             time.sleep(0.05)
         if pg:
-            bl.pg_quiesce()
+            bl.pg_quiesce(pg)
         if before_release is not None:
             before_release()
         cpu0, server0 = _proc_cpu(pids), bl.pg_cpu_seconds() if pg else float("nan")
@@ -371,8 +371,7 @@ def drain_pgbench(db: str, r: Round, mission: str, script: str = "pgbench_lifecy
 
     with psycopg.connect(bl.pg_url(db), autocommit=True) as conn:
         conn.execute((bl.BENCH / "pgbench_load.sql").read_text(), {"mission": mission, "n": r.jobs})
-        conn.execute("ANALYZE inbox_job")
-    bl.pg_quiesce()
+    bl.pg_quiesce(db)
     size = PGBENCH_BATCH if script.startswith("pgbench_batched") else 1
     per_client = r.jobs // (r.workers * size)
     r.jobs = per_client * r.workers * size
@@ -409,11 +408,11 @@ PGBENCH_BATCH = 10
 
 def counting_commits(url: str, r: Round, drain: Any) -> None:
     """Run ``drain()`` and record the database's commits per job and the server's CPU per job
-    (PostgreSQL only). The server settles first (``pg_quiesce``): a round must not pay for the
-    checkpoint and the autovacuum the previous round left behind."""
+    (PostgreSQL only). The database settles first (``pg_quiesce``): a round must not pay for
+    the dead rows and dirty pages the previous round left behind."""
     name = url.rsplit("/", 1)[-1] if url.startswith("postgres") else ""
     if name:
-        bl.pg_quiesce()
+        bl.pg_quiesce(name)
     before = bl.pg_commits(name) if name else 0
     cpu_before = bl.pg_cpu_seconds() if name else float("nan")
     drain()
@@ -801,8 +800,9 @@ def report(
         "audit row per step. Ours against a ceiling twice: `ours` (cold: the executors started "
         "with the jobs waiting, their Python start-up inside the span, started as the peer is) "
         "and `ours warm` (the executors up before the jobs are released, as in production and as "
-        "pgbench's clients are). Before every PostgreSQL round the server settles: a CHECKPOINT, "
-        "then no autovacuum worker running (the round before must not bill the next one)."
+        "pgbench's clients are). Before every PostgreSQL round its database settles: VACUUM "
+        "(ANALYZE) and a CHECKPOINT (the server runs with autovacuum off; the round before must "
+        "not bill the next one)."
     )
     out.append("")
     rows = []
