@@ -185,6 +185,32 @@ def test_audit_bad_cursor_is_404(client, viewer):
     assert client.get(reverse("console:event_list") + "?after_row=WyIxIl0").status_code == 404
 
 
+def _first_page_poll_after_a_new_job(client: Client, route: str, region: str) -> tuple[str, str]:
+    """Open the first page of ``route``, make one job (rows above the page's first), poll the
+    page's ``region`` as htmx does; returns the poll's HTML and its one capped COUNT query."""
+    page = client.get(reverse(route)).content.decode()
+    poll = unescape(re.search(rf'id="{region}"[^>]*hx-get="([^"]*)"', page).group(1))
+    assert "top=1" in poll
+    make_job("noop")
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(reverse(route) + poll, headers=hx(region))
+    assert response.status_code == 200
+    [count] = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"]]
+    return response.content.decode(), count
+
+
+def _plan_without_seqscan(sql: str) -> str:
+    """PostgreSQL's plan for ``sql`` with sequential scans off: a test table is a page long,
+    where one is right; can an index serve the query? (At scale the ORDER BY makes it.)"""
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        try:
+            cursor.execute("EXPLAIN " + sql.replace("%", "%%"))
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("RESET enable_seqscan")
+
+
 def test_first_page_poll_counts_newer_rows_by_an_index_range(client, viewer):
     """The first page's poll counts the rows that arrived above it (capped). Unordered, the
     planner cannot size the row-value range and may choose a sequential scan that reads the
@@ -193,25 +219,12 @@ def test_first_page_poll_counts_newer_rows_by_an_index_range(client, viewer):
     the cap."""
     for _ in range(3):
         make_job("noop")
-    page = client.get(reverse("console:job_list")).content.decode()
-    poll = unescape(re.search(r'id="job-rows"[^>]*hx-get="([^"]*)"', page).group(1))
-    assert "top=1" in poll
-    make_job("noop")  # one row newer than the page's first
-    with CaptureQueriesContext(connection) as captured:
-        response = client.get(reverse("console:job_list") + poll, headers=hx("job-rows"))
-    assert response.status_code == 200
-    assert "1 new job" in response.content.decode()
-    [count] = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"]]
+    html, count = _first_page_poll_after_a_new_job(client, "console:job_list", "job-rows")
+    assert "1 new job" in html
     # Nearest first along job_created_idx (the list sorts newest first).
     assert '"created_at" ASC, "inbox_job"."job_id" ASC LIMIT 100' in count, count
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET enable_seqscan = off")
-            try:
-                cursor.execute("EXPLAIN " + count.replace("%", "%%"))
-                plan = "\n".join(row[0] for row in cursor.fetchall())
-            finally:
-                cursor.execute("RESET enable_seqscan")
+        plan = _plan_without_seqscan(count)
         assert "job_created_idx" in plan, plan
 
 
@@ -221,24 +234,10 @@ def test_audit_first_page_poll_counts_newer_events_by_a_primary_key_range(client
     drain writes five events per job) sequentially scanned the whole log: 36 ms a poll at
     400,000 events, every 10 s per operator."""
     make_job("noop")
-    page = client.get(reverse("console:event_list")).content.decode()
-    poll = unescape(re.search(r'id="audit-rows"[^>]*hx-get="([^"]*)"', page).group(1))
-    assert "top=1" in poll
-    make_job("noop")  # two events newer than the page's first row: REQUESTED and READY
-    with CaptureQueriesContext(connection) as captured:
-        response = client.get(reverse("console:event_list") + poll, headers=hx("audit-rows"))
-    assert response.status_code == 200
-    assert "2 new events since this page loaded" in response.content.decode()
-    [count] = [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"]]
+    html, count = _first_page_poll_after_a_new_job(client, "console:event_list", "audit-rows")
+    # The new job's REQUESTED and READY events.
+    assert "2 new events since this page loaded" in html
     assert 'ORDER BY "audit_auditevent"."event_id" ASC LIMIT 100' in count, count
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            # A test table is a page long, where a sequential scan is right: can the index
-            # serve the count? (The ORDER BY above is what makes the planner use it at scale.)
-            cursor.execute("SET enable_seqscan = off")
-            try:
-                cursor.execute("EXPLAIN " + count.replace("%", "%%"))
-                plan = "\n".join(row[0] for row in cursor.fetchall())
-            finally:
-                cursor.execute("RESET enable_seqscan")
+        plan = _plan_without_seqscan(count)
         assert "audit_auditevent_pkey" in plan, plan
