@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.db.backends.postgresql.psycopg_any import BaseTzLoader
 from django.test.utils import CaptureQueriesContext
+from psycopg import adapters
+from psycopg.pq import Format
 
 from core import db as core_db
 from core.db import prepared_cursor
@@ -65,3 +68,46 @@ def test_sqlite_texts_converted_once_and_bounded(monkeypatch) -> None:
             cursor.execute(f"SELECT %s + {n}", [n])
             assert cursor.fetchone() == (2 * n,)
     assert 1 <= len(core_db._QMARK_TEXTS) <= 3
+
+
+def _timestamps(cursor) -> tuple:
+    cursor.execute(
+        "SELECT %s::timestamptz, NULL::timestamptz", ["2026-12-03 10:11:12.345678+01:00"]
+    )
+    return cursor.fetchone()
+
+
+@pytest.mark.postgresql
+def test_prepared_cursor_times_are_djangos() -> None:
+    """Read by psycopg's own loader (the session is in Django's time zone), a timestamp comes
+    back as Django's cursor gives it: the same instant, aware, in Django's zone."""
+    with connection.cursor() as cursor:
+        expected = _timestamps(cursor)
+    with prepared_cursor() as cursor:
+        got = _timestamps(cursor)
+        loader = cursor.cursor.adapters.get_loader(adapters.types["timestamptz"].oid, Format.TEXT)
+    # Not Django's Python wrapper around it (a call per value).
+    assert not issubclass(loader, BaseTzLoader)
+    assert got == expected
+    assert got[0].tzinfo == expected[0].tzinfo == connection.timezone
+    assert got[0].isoformat() == "2026-12-03T09:11:12.345678+00:00"
+
+
+@pytest.mark.postgresql
+def test_prepared_cursor_times_when_the_session_zone_differs() -> None:
+    """A session put in another time zone by hand: psycopg's loader would answer in that
+    zone, so the cursor keeps Django's loader and reads exactly what Django's cursors read."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET TIME ZONE 'Asia/Kolkata'")
+        expected = _timestamps(cursor)
+    try:
+        connection._console_prepared_cursor = None  # made anew for this session's zone
+        with prepared_cursor() as cursor:
+            got = _timestamps(cursor)
+        assert got == expected
+        assert got[0].tzinfo == connection.timezone
+        assert got[0].utcoffset() == expected[0].utcoffset()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET TIME ZONE 'UTC'")
+        connection._console_prepared_cursor = None
