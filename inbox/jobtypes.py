@@ -589,7 +589,14 @@ def fingerprint_values(*, columns: Mapping[str, Any], payload: Mapping[str, Any]
 
 def compute_fingerprint(*, columns: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of the immutable fields (DESIGN §1.5)."""
-    values = (*map(columns.get, IMMUTABLE_COLUMNS), *map(payload.get, IMMUTABLE_PAYLOAD_FIELDS))
+    return fingerprint_from(tuple(map(columns.get, IMMUTABLE_COLUMNS)), payload)
+
+
+def fingerprint_from(columns: tuple[Any, ...], payload: Mapping[str, Any]) -> str:
+    """``compute_fingerprint`` of the immutable columns' values, in ``IMMUTABLE_COLUMNS``
+    order: the writers' seal checks take them from a row or a model with one getter, not
+    through a dict per check."""
+    values = (*columns, *map(payload.get, IMMUTABLE_PAYLOAD_FIELDS))
     # Only text and nulls are memoised: 1, 1.0 and True are equal keys but different JSON.
     if all(v is None or type(v) is str for v in values):
         return _fingerprint_of_values(values)

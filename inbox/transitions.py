@@ -25,6 +25,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import operator
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -60,7 +61,7 @@ from inbox.errors import (
 from inbox.jobtypes import (
     IMMUTABLE_COLUMNS,
     IMMUTABLE_PAYLOAD_FIELDS,
-    compute_fingerprint,
+    fingerprint_from,
     get_job_type,
     parse_run_after,
     registry,
@@ -150,8 +151,7 @@ def _lease(now: dt.datetime, lease_seconds: int | float) -> dt.datetime:
 
 def fingerprint_of(job: Job) -> str:
     """Recompute a job's fingerprint from its stored columns and payload."""
-    columns = {name: getattr(job, name) for name in IMMUTABLE_COLUMNS}
-    return compute_fingerprint(columns=columns, payload=job.payload or {})
+    return fingerprint_from(_IMMUTABLE_OF(job), job.payload or {})
 
 
 def fingerprint_ok(job: Job) -> bool:
@@ -912,6 +912,9 @@ _ATTNAME = {f.column: f.attname for f in Job._meta.concrete_fields}
 _ATTNAMES = tuple(f.attname for f in Job._meta.concrete_fields)
 _PAYLOAD = _INDEX["payload"]
 _FINGERPRINT = _INDEX["fingerprint"]
+# The immutable columns' values of a row, and of a model, in ``IMMUTABLE_COLUMNS`` order.
+_IMMUTABLE_AT = operator.itemgetter(*(_INDEX[name] for name in IMMUTABLE_COLUMNS))
+_IMMUTABLE_OF = operator.attrgetter(*IMMUTABLE_COLUMNS)
 _JOB_ID = _INDEX["job_id"]
 _JOB_TYPE = _INDEX["job_type"]
 _CREATED = _INDEX["created_at"]
@@ -1002,8 +1005,7 @@ def _sealed(row: list[Any], *, required: bool = False) -> bool:
     sealed = row[_FINGERPRINT]
     if not sealed:
         return not required
-    columns = {name: row[_INDEX[name]] for name in IMMUTABLE_COLUMNS}
-    return sealed == compute_fingerprint(columns=columns, payload=row[_PAYLOAD] or {})
+    return sealed == fingerprint_from(_IMMUTABLE_AT(row), row[_PAYLOAD] or {})
 
 
 def _record_drift(job: Job, to_state: str, actor: str, at: dt.datetime | None) -> None:
