@@ -12,7 +12,9 @@
 --      inbox_finishedcount, one row per client and minute), a second transaction.
 -- The same rows, columns and event details as ours: only Python is missing. (Until 2026-12-03
 -- this script sent no rows back, skipped the pause check and wrote no count: see
--- bench/results/ANALYSIS-20261203.md.)
+-- bench/results/ANALYSIS-20261203.md. Until inbox 0012 its claim, like ours, ordered by plain
+-- created_at; its plan, made once after the round's ANALYZE said every row was READY, could take
+-- the creation-order index and walk every finished job: see ANALYSIS-20261203b.md.)
 -- Run with -M prepared and N / 10 transactions in all (N READY jobs loaded).
 BEGIN;
 WITH picked AS MATERIALIZED (
@@ -20,7 +22,7 @@ WITH picked AS MATERIALIZED (
     WHERE state = 'READY' AND scope = 'noop'
       AND (run_after IS NULL OR run_after <= statement_timestamp())
       AND NOT EXISTS (SELECT 1 FROM inbox_scopepause WHERE scope = 'noop' AND paused)
-    ORDER BY created_at, job_id
+    ORDER BY (created_at AT TIME ZONE 'UTC'), job_id
     LIMIT 10
     FOR UPDATE SKIP LOCKED
 ), claimed AS (

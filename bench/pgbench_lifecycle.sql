@@ -7,7 +7,7 @@ BEGIN;
 WITH picked AS (
     SELECT job_id FROM inbox_job
     WHERE state = 'READY' AND scope = 'noop'
-    ORDER BY created_at, job_id
+    ORDER BY (created_at AT TIME ZONE 'UTC'), job_id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
