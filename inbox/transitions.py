@@ -839,9 +839,11 @@ def _pick_sql(pick: Pick, now: dt.datetime | _DbClock, excluded: Sequence[str]) 
 CLAIM_ORDER_SQL = "(created_at AT TIME ZONE 'UTC')"
 
 
+@functools.lru_cache(maxsize=256)
 def _literal(value: str) -> str:
     """``value`` as a quoted SQL literal for a PostgreSQL statement text that still goes
-    through ``%s`` formatting (a ``%`` doubled)."""
+    through ``%s`` formatting (a ``%`` doubled). Kept per value: an executor quotes its one
+    scope every turn, and the quoting depends only on the server's settings."""
     from psycopg import sql
 
     return sql.Literal(value).as_string(connection.connection).replace("%", "%%")

@@ -28,15 +28,16 @@ CREATE = (
 DROP = f"DROP INDEX CONCURRENTLY IF EXISTS {NAME}"
 
 
-def _on_postgresql(sql: str):
-    def run(apps, schema_editor) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            # A build interrupted before may have left an invalid index of that name.
-            schema_editor.execute(DROP)
-            if sql != DROP:
-                schema_editor.execute(sql)
+def create(apps, schema_editor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        # A build interrupted before may have left an invalid index of that name.
+        schema_editor.execute(DROP)
+        schema_editor.execute(CREATE)
 
-    return run
+
+def drop(apps, schema_editor) -> None:
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(DROP)
 
 
 class Migration(migrations.Migration):
@@ -47,5 +48,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(_on_postgresql(CREATE), _on_postgresql(DROP), elidable=False),
+        migrations.RunPython(create, drop, elidable=False),
     ]
