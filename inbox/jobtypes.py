@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import math
+import operator
 import posixpath
 import random
 import re
@@ -96,7 +97,28 @@ class JobType:
         return import_string(self.handler_path)
 
     def allowed_fields(self) -> set[str]:
-        return set(COMMON_FIELDS) | set(COMMON_OPTIONAL) | set(self.required) | set(self.optional)
+        return set(self._allowed)
+
+    @functools.cached_property
+    def _allowed(self) -> frozenset[str]:
+        # Kept on the instance (a frozen dataclass still has a __dict__): every executor
+        # re-validates every job it claims against it.
+        return (
+            frozenset(COMMON_FIELDS)
+            | set(COMMON_OPTIONAL)
+            | set(self.required)
+            | set(self.optional)
+        )
+
+    @functools.cached_property
+    def _schema(self) -> tuple[tuple[str, str, type], ...]:
+        """The fields every document of this type must carry: (name, type name, the exact
+        Python type a JSON value of that type has), in ``validate_job_document``'s order."""
+        schema = dict(COMMON_FIELDS)
+        if not self.uses_vault:
+            del schema["vault_path"]
+        schema.update(self.required)
+        return tuple((name, tname, _TYPES[tname][0]) for name, tname in schema.items())
 
     def scope_for(self, doc: Mapping[str, Any]) -> str:
         """The scope a validated document of this type is claimed from."""
@@ -511,6 +533,9 @@ def _text_problems(name: str, value: str) -> list[str]:
     return problems
 
 
+_COMMON_SCHEMA = tuple((name, tname, _TYPES[tname][0]) for name, tname in COMMON_FIELDS.items())
+
+
 def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
     """Return (job type, the validated document) or raise ``JobValidationError`` listing all."""
     if not isinstance(data, dict):
@@ -525,18 +550,20 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
             known = ", ".join(sorted(registry()))
             problems.append(f"job_type: {type_name!r} is not a known job type ({known})")
 
-    schema = dict(COMMON_FIELDS)
     if job_type and not job_type.uses_vault:
         # No vault object: the path may be left out, and if sent it must be empty.
-        del schema["vault_path"]
         if data.get("vault_path", "") != "":
             problems.append(f"vault_path: a {job_type.name} job touches no vault object")
-    if job_type:
-        schema.update(job_type.required)
-    for name, tname in schema.items():
+    schema = job_type._schema if job_type else _COMMON_SCHEMA
+    for name, tname, exact in schema:
         if name not in data:
             problems.append(f"{name}: missing")
-        elif (msg := _type_problem(name, data[name], tname)) is not None:
+            continue
+        value = data[name]
+        # The usual value (a JSON value of exactly the type, text not blank) needs no more.
+        if type(value) is exact and (exact is not str or (not value.isspace() and value)):
+            continue
+        if (msg := _type_problem(name, value, tname)) is not None:
             if name != "job_type":  # already reported above
                 problems.append(msg)
     for name, tname in COMMON_OPTIONAL.items():
@@ -548,13 +575,16 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
         for name, tname in job_type.optional.items():
             if name in data and (msg := _type_problem(name, data[name], tname)) is not None:
                 problems.append(msg)
-        unknown = sorted(set(data) - job_type.allowed_fields())
+        unknown = (
+            [] if data.keys() <= job_type._allowed else sorted(data.keys() - job_type._allowed)
+        )
         for name in unknown:
             hint = " (attached by an approval, not sent by producers)"
             problems.append(f"{name}: unknown field" + (hint if name == "approval_id" else ""))
 
     for name, value in data.items():
-        if isinstance(value, str):
+        # ASCII text without NUL has no problem to find (``isascii`` is a flag read).
+        if isinstance(value, str) and not (value.isascii() and "\x00" not in value):
             problems.extend(_text_problems(name, value))
 
     version = data.get("job_version")
@@ -598,7 +628,7 @@ def fingerprint_from(columns: tuple[Any, ...], payload: Mapping[str, Any]) -> st
     through a dict per check."""
     values = (*columns, *map(payload.get, IMMUTABLE_PAYLOAD_FIELDS))
     # Only text and nulls are memoised: 1, 1.0 and True are equal keys but different JSON.
-    if all(v is None or type(v) is str for v in values):
+    if _MEMO_TYPES.issuperset(map(type, values)):
         return _fingerprint_of_values(values)
     return _fingerprint_of_values.__wrapped__(values)
 
@@ -607,13 +637,32 @@ def fingerprint_from(columns: tuple[Any, ...], payload: Mapping[str, Any]) -> st
 def _fingerprint_of_values(values: tuple[Any, ...]) -> str:
     """The hash itself, memoised: a worker checks the same job's seal at its claim, its
     authorization and its outcome, and a pure function of the values need not run thrice."""
-    canonical = json.dumps(
-        dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    if _MEMO_TYPES.issuperset(map(type, values)):
+        # Text and nulls (every seal the writers check): the canonical JSON filled into its
+        # one template, as ``json.dumps`` would write it, without building a dict to sort.
+        canonical = _CANONICAL % tuple(map(_json_text, _SORTED(values)))
+    else:
+        canonical = json.dumps(
+            dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 _FINGERPRINT_NAMES = (*IMMUTABLE_COLUMNS, *IMMUTABLE_PAYLOAD_FIELDS)
+_MEMO_TYPES = frozenset({str, type(None)})
+# The canonical JSON of text-and-null values: the names in sorted order, a ``%s`` for each
+# value, and the values' positions in that order (``test_fast_canonical_is_json_dumps``).
+_SORTED_NAMES = sorted(_FINGERPRINT_NAMES)
+_CANONICAL = "{" + ",".join(f"{json.dumps(n)}:%s" for n in _SORTED_NAMES) + "}"
+_SORTED = operator.itemgetter(*(_FINGERPRINT_NAMES.index(n) for n in _SORTED_NAMES))
+
+
+def _json_text(value: str | None) -> str:
+    return "null" if value is None else _encode_text(value)
+
+
+# The string encoder ``json.dumps(..., ensure_ascii=False)`` uses (C where available).
+_encode_text = json.encoder.encode_basestring

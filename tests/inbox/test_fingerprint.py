@@ -4,10 +4,13 @@ next transition fail closed with ``ImmutableFieldDrift``; the refusal is recorde
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 
 import pytest
 from django.db import connection
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from audit.models import AuditEvent, EventType
 from inbox import transitions
@@ -153,3 +156,45 @@ def test_editable_field_change_keeps_the_seal():
         job.job_id, actor=OPERATOR, changes={"note": "checked", "max_attempts": 9}
     )
     assert transitions.claim_job(job.job_id, worker_id="w", lease_seconds=30).state == S.CLAIMED
+
+
+def test_equal_values_of_other_json_types_seal_differently():
+    """The seal is a hash of JSON: 1, 1.0, True and "1" are equal or hash-equal in Python but
+    different JSON. Each must get its own seal, whichever was sealed first in the process
+    (the hash is memoised only for text and nulls)."""
+    from inbox.jobtypes import IMMUTABLE_COLUMNS, compute_fingerprint
+
+    columns = dict.fromkeys(IMMUTABLE_COLUMNS, "x")
+    seals = []
+    for value in ("1", 1, 1.0, True, "1", True, 1):
+        payload = {"expected_commit": value}
+        canonical = {**columns, **dict.fromkeys(transitions.IMMUTABLE_PAYLOAD_FIELDS)}
+        canonical["expected_commit"] = value
+        text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        expected = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        assert compute_fingerprint(columns=columns, payload=payload) == expected, value
+        seals.append(expected)
+    assert len(set(seals)) == 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text()), min_size=10, max_size=10))
+def test_fast_canonical_is_json_dumps(values):
+    """The seal of text and nulls, filled into its template, is the hash of exactly what
+    ``json.dumps`` writes (any text: quotes, backslashes, control characters, non-ASCII,
+    lone surrogates)."""
+    from inbox.jobtypes import _FINGERPRINT_NAMES, _fingerprint_of_values
+
+    canonical = json.dumps(
+        dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    try:
+        expected = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    except UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            _fingerprint_of_values.__wrapped__(tuple(values))
+        return
+    assert _fingerprint_of_values.__wrapped__(tuple(values)) == expected

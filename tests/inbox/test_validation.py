@@ -11,9 +11,13 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from audit.models import AuditEvent
 from inbox.errors import JobValidationError
+from inbox.jobtypes import validate_job_document
 from inbox.models import Job
 from inbox.transitions import create_job
 from tests.factories import PRODUCER, delete_doc, noop_doc, save_doc
@@ -40,7 +44,12 @@ BAD: dict[str, tuple[Callable[[], Any], str]] = {
     "float for int": (lambda: save_doc(job_version=1.0), "job_version: must be int, got float"),
     "int for str": (lambda: save_doc(object_id=17), "object_id: must be str, got int"),
     "list for str": (lambda: save_doc(mission_id=["m"]), "mission_id: must be str, got list"),
-    "empty str": (lambda: save_doc(mission_id="  "), "mission_id: must not be empty"),
+    "blank str": (lambda: save_doc(mission_id="  "), "mission_id: must not be empty"),
+    "empty str": (lambda: save_doc(mission_id=""), "mission_id: must not be empty"),
+    "Unicode-blank str": (
+        lambda: save_doc(mission_id="\u2003\u00a0\u3000"),
+        "mission_id: must not be empty",
+    ),
     "unknown job_type": (lambda: save_doc(job_type="EXPLODE"), "job_type: 'EXPLODE' is not a"),
     "unknown job_version": (lambda: save_doc(job_version=2), "job_version: 2 is not supported"),
     "absolute vault_path": (lambda: save_doc(vault_path="/etc/passwd"), "must be relative"),
@@ -64,6 +73,14 @@ BAD: dict[str, tuple[Callable[[], Any], str]] = {
     ),
     "NUL in another text field": (lambda: noop_doc(object_id="a\x00b"), "object_id: must not"),
     "NUL in content": (lambda: save_doc(content="a\x00b"), "content: must not contain NUL"),
+    "NUL in non-ASCII text": (
+        lambda: noop_doc(object_id="é\x00"),
+        "object_id: must not contain NUL",
+    ),
+    "lone surrogate in a common field": (
+        lambda: noop_doc(mission_id="m\udfff"),
+        "mission_id: must be valid Unicode",
+    ),
     "lone surrogate in content": (
         lambda: save_doc(content="\ud800", provenance_hash="0" * 64),
         "content: must be valid Unicode",
@@ -205,3 +222,35 @@ def test_enqueue_undecodable_and_too_deep_lines_are_refused_not_fatal(tmp_path):
         "line 2: refused: not valid JSON: nested too deeply",
     ]
     assert list(Job.objects.values_list("job_id", flat=True)) == [good["job_id"]]
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(), st.from_type(type(None)), st.integers(), st.booleans(), st.floats()))
+def test_a_fields_problems_are_exactly_what_its_value_has(value):
+    """The validator's quick acceptance of ordinary values finds every problem the full checks
+    would: the problems named for one field follow from its value alone (an oracle written
+    from the rules, not from the code)."""
+    expected: set[str] = set()
+    if not isinstance(value, str):
+        expected.add(f"mission_id: must be str, got {_json_type(value)}")
+    else:
+        if not value.strip():
+            expected.add("mission_id: must not be empty")
+        if "\x00" in value:
+            expected.add("mission_id: must not contain NUL")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            expected.add("mission_id: must be valid Unicode text (it holds a lone surrogate)")
+        if len(value) > 200:
+            expected.add("mission_id: longer than 200 characters")
+    try:
+        validate_job_document(noop_doc(mission_id=value))
+        problems: set[str] = set()
+    except JobValidationError as exc:
+        problems = set(exc.problems)
+    assert {p for p in problems if p.startswith("mission_id:")} == expected
+
+
+def _json_type(value: Any) -> str:
+    return "boolean" if isinstance(value, bool) else type(value).__name__
