@@ -23,7 +23,7 @@ from core import paging
 from inbox.jobtypes import registry
 from inbox.models import HELD_STATES, FinishedCount, Job, JobState, Worker, WorkerStatus
 from inbox.scopes import paused_scopes
-from inbox.transitions import lapsed_outcome
+from inbox.transitions import db_now, lapsed_outcome
 from inbox.workers import is_alive
 
 # Alert tiles stop counting here ("1,000+" is alarm enough and keeps each tile ~ms at 1M rows).
@@ -34,6 +34,12 @@ def expiry_behaviour(job_type: str) -> str:
     """What the sweep does to this job type when its lease lapses (DESIGN §1.3)."""
     spec = registry().get(job_type)
     return "retried" if spec is not None and spec.idempotent else "parked for reconcile"
+
+
+def any_lease_lapsed() -> bool:
+    """Has any held job's lease ended by the database clock (what the sweep would take)? An
+    executor asks before each sweep: one probe of ``job_lease_idx``."""
+    return Job.objects.lapsed(db_now()).exists()
 
 
 # --- job list ---------------------------------------------------------------------------------

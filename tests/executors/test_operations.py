@@ -8,6 +8,8 @@ import io
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent
 from inbox import reconcile, scopes, transitions, workers
@@ -131,6 +133,24 @@ def test_worker_not_seen_for_three_polls_plus_lease_is_dead():
     out = io.StringIO()
     call_command("workers", stdout=out)
     assert "w-old" in out.getvalue() and "ALIVE" in out.getvalue()
+
+
+def test_a_sweep_with_nothing_lapsed_is_one_probe_and_one_with_a_lapsed_lease_recovers_it():
+    lines: list[str] = []
+    executor = Executor(scope="save", out=lines.append)
+    job = make_job("save", JobState.CLAIMED, lease_seconds=60)
+    with CaptureQueriesContext(connection) as queries:
+        executor._sweep()
+    assert len(queries) == 2, [q["sql"] for q in queries]  # the clock and the probe
+    assert executor.stats.sweeps == 1
+    assert _job(job.job_id).state == JobState.CLAIMED
+    Job.objects.filter(job_id=job.job_id).update(
+        lease_until=transitions.db_now() - dt.timedelta(seconds=1)
+    )
+    executor._sweep()
+    assert executor.stats.sweeps == 2
+    assert _job(job.job_id).state == JobState.READY
+    assert any("] sweep: requeued 1 SAVE_OBJECT" in line for line in lines), lines
 
 
 def test_recover_stale_dry_run_reports_and_writes_nothing():
