@@ -199,3 +199,51 @@ def row_events_insert_sql(
         f"CASE e.k {detail} END, r.{time_column} FROM {rows} AS r "
         f"CROSS JOIN (VALUES {kinds}) AS e(k, event_type) ORDER BY {order_by}, e.k"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PairedEvents:
+    """Up to two events for each row a statement moves, known before the write but different
+    from row to row (a finished job's EXECUTED and its outcome), for ``paired_insert_sql``.
+
+    Each event's detail is the row's own detail object with ``from`` (``frm``) and ``to``
+    (the row's new state) set: those two always tell the move. ``rows`` holds, per row in the
+    order the events are written: (job id, first result code, first detail or None for no
+    first event, second result code, second detail)."""
+
+    actor: str
+    frm: str
+    first_type: str
+    second_type: str
+    rows: Sequence[tuple[str, str, dict[str, Any] | None, str, dict[str, Any]]]
+
+    def params(self) -> list[Any]:
+        """``paired_insert_sql``'s parameters: one JSON array for all the rows."""
+        if not self.actor:
+            raise ValueError("an audit event needs an actor")
+        items = [
+            {"n": n, "j": job_id, "fc": fc, "f": first, "sc": sc, "s": second}
+            for n, (job_id, fc, first, sc, second) in enumerate(self.rows)
+        ]
+        return [self.first_type, self.second_type, self.actor, self.frm, json.dumps(items)]
+
+
+def paired_insert_sql(*, rows: str, time_column: str) -> str:
+    """PostgreSQL: ``PairedEvents`` as an ``INSERT … SELECT`` for a data-modifying CTE of the
+    statement that makes the change, like ``joined_insert_sql``: only the rows the CTE named
+    ``rows`` returns get theirs, stamped with its ``time_column``. The rows travel as one
+    compact JSON array and the common parts as parameters (``PairedEvents.params``): the
+    statement text is the same for every batch, and there is no event object to build or
+    encode per event."""
+    table = AuditEvent._meta.db_table
+    return (
+        f'INSERT INTO "{table}" (job_id, run_id, event_type, actor, result_code, detail, '
+        "created_at) SELECT r.job_id, NULL, CASE e.k WHEN 1 THEN %s::text ELSE %s::text END, "
+        "%s::text, CASE e.k WHEN 1 THEN x.fc ELSE x.sc END, "
+        f"CASE e.k WHEN 1 THEN x.f ELSE x.s END "
+        "|| jsonb_build_object('from', %s::text, 'to', r.state), "
+        f"r.{time_column} "
+        "FROM jsonb_to_recordset(%s::jsonb) AS x(n integer, j text, fc text, f jsonb, sc text, "
+        f"s jsonb) JOIN {rows} AS r ON r.job_id = x.j CROSS JOIN (VALUES (1), (2)) AS e(k) "
+        "WHERE e.k = 2 OR x.f IS NOT NULL ORDER BY x.n, e.k"
+    )

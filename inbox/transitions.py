@@ -38,8 +38,10 @@ from django.db.models.base import ModelState
 
 from audit.events import (
     Event,
+    PairedEvents,
     RowEvent,
     joined_insert_sql,
+    paired_insert_sql,
     record_event,
     record_events,
     row_events_insert_sql,
@@ -289,6 +291,7 @@ class _Move:
     why: str = ""
     refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None = None
     at: dt.datetime | None = None
+    paired: Callable[[Sequence[Held]], PairedEvents] | None = None
 
 
 def _move(
@@ -314,6 +317,7 @@ def _move(
     why: str = "",
     refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None = None,
     at: dt.datetime | None = None,
+    paired: Callable[[Sequence[Held]], PairedEvents] | None = None,
 ) -> Moved:
     """Move ``held`` rows ``allowed`` → ``to`` (None: the state stays) in one guarded UPDATE.
 
@@ -345,6 +349,9 @@ def _move(
       assigned ones (the executor's batches update their own copies in place).
     - ``why`` names a failed lease/observed-claim guard; ``refusal`` lets a caller name a
       refusal its own way (``renew_leases``).
+    - ``paired``: the events known ahead in their compact form (``PairedEvents``, from the
+      rows aimed at), written by the UPDATE statement itself on PostgreSQL instead of
+      ``events`` (which builds the same elsewhere); with ``events_ahead``'s conditions.
     """
     move = _Move(
         held,
@@ -368,6 +375,7 @@ def _move(
         why,
         refusal,
         at,
+        paired,
     )
     return _moves([move])[0]
 
@@ -438,6 +446,7 @@ class _Plan:
     # Events written by the statement itself (PostgreSQL): known ahead, or derived in SQL.
     early: list[Event] | None = None
     derived: Sequence[RowEvent] | None = None
+    paired: PairedEvents | None = None
 
     @property
     def writes(self) -> bool:
@@ -484,7 +493,12 @@ def _plan(move: _Move, excluded: list[str]) -> _Plan:
     # Events known before the write, or derived from its rows in SQL, ride in the UPDATE
     # statement (PostgreSQL).
     if pg and move.events_ahead and move.pick is None and move.prior is None:
-        plan.early = [e for item in plan.candidates for e in move.events(_copy(item), None, now)]
+        if move.paired is not None:
+            plan.paired = move.paired(plan.candidates)
+        else:
+            plan.early = [
+                e for item in plan.candidates for e in move.events(_copy(item), None, now)
+            ]
     if pg and move.row_events:
         plan.derived = move.row_events
     return plan
@@ -550,7 +564,7 @@ def _conclude(
             if not move.accept(after):
                 raise BatchRefused(after.job_id)
     moved_events: list[Event] = []
-    if plan.early is None and plan.derived is None:
+    if plan.early is None and plan.derived is None and plan.paired is None:
         for item in targets:
             if item.job_id in rows:
                 after, before = rows[item.job_id]
@@ -636,6 +650,9 @@ def _write(plans: Sequence[_Plan]) -> list[dict[str, list[Any]]]:
             insert, rows = joined_insert_sql(plan.early, rows=f"m{n}", time_column="updated_at")
             ctes.append(f"e{n} AS ({insert})")
             params.append(rows)
+        elif plan.paired is not None and plan.candidates:
+            ctes.append(f"e{n} AS ({paired_insert_sql(rows=f'm{n}', time_column='updated_at')})")
+            params += plan.paired.params()
         elif plan.derived:
             insert = row_events_insert_sql(
                 plan.derived, rows=f"m{n}", time_column="updated_at", order_by=_CLAIM_ORDER
@@ -1711,12 +1728,13 @@ def finish_and_claim_jobs(
     values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
     if error:
         values["last_error"] = error
+    by_id = {o.job.job_id: o for o in outcomes}
     finishing = _Move(
         [Held.of(o.job) for o in outcomes],
         to,
         (S.EXECUTING,),
         worker_id,
-        _outcome_events(worker_id, {o.job.job_id: o for o in outcomes}),
+        _outcome_events(worker_id, by_id),
         values=values,
         fence="holder",
         fail_closed=True,
@@ -1724,6 +1742,7 @@ def finish_and_claim_jobs(
         events_ahead=True,
         full=False,
         at=at,
+        paired=_outcome_pairs(worker_id, to, by_id),
     )
     finished, claimed = _moves([finishing, claim])
     return finished, claimed.jobs
@@ -2064,6 +2083,32 @@ def _outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
     return events
 
 
+def _outcome_pairs(
+    actor: str, to: str, outcomes: Mapping[str, Outcome]
+) -> Callable[[Sequence[Held]], PairedEvents]:
+    """``_outcome_events`` in the compact form the statement writes on PostgreSQL (``_move``'s
+    ``paired``), for an outcome other than a retry (whose event needs the row after the
+    write): the same events with the same details (``test_turn`` compares them)."""
+    if to == S.READY:
+        raise ValueError("a retry's events are built from the row after the write")
+
+    def pairs(held: Sequence[Held]) -> PairedEvents:
+        rows = []
+        for item in held:
+            o = outcomes[item.job_id]
+            second = dict(o.detail or {})
+            if o.error:
+                second["error"] = o.error
+            first, first_code = None, ""
+            if o.executed_detail is not None:
+                first = dict(o.executed_detail)
+                first_code = first.pop("result_code", o.result_code)
+            rows.append((item.job_id, first_code, first, o.result_code, second))
+        return PairedEvents(actor, S.EXECUTING, EventType.EXECUTED, _FINISH_EVENT[to], rows)
+
+    return pairs
+
+
 def _finish(
     outcomes: Sequence[Outcome],
     *,
@@ -2087,6 +2132,8 @@ def _finish(
             if error:
                 values["last_error"] = error
             retry = _retry_guard(group, values, retry_in) if to == S.READY else {}
+            if to != S.READY:
+                retry["paired"] = _outcome_pairs(actor, to, by_id)
             part = _move(
                 [held(o) for o in group],
                 to=to,

@@ -258,6 +258,55 @@ def test_a_busy_turn_is_one_statement_on_postgresql():
     assert AuditEvent.objects.filter(event_type=EventType.AUTHORIZED).count() == 4
 
 
+# Handler details that override the executor's keys, carry a result code, nest, or are absent:
+# the statement's compact outcome events (PostgreSQL) must equal what Python builds.
+_ODD_DETAILS: list[tuple[dict[str, Any] | None, dict[str, Any] | None]] = [
+    ({"handler": "h", "duration_ms": 1.5, "result_code": "DONE"}, {"note": "n"}),
+    (None, None),
+    ({"handler": "h", "duration_ms": 0.0, "nested": {"a": [1, 2.5, None, "é"]}}, {"n": 1.0}),
+]
+
+
+@pytest.mark.parametrize(
+    ("to", "code", "error"),
+    [(S.SUCCEEDED, "OK", ""), (S.FAILED, "BROKEN", "it broke"), (S.OUTCOME_UNKNOWN, "LOST", "")],
+)
+@pytest.mark.parametrize("turn", [True, False], ids=["one-write turn", "finish_jobs"])
+def test_outcome_events_are_what_python_builds(to, code, error, turn):
+    _ready(3)
+    jobs = _claim_and_begin(limit=3)
+    outcomes = [
+        Outcome(job, to, code, error=error, executed_detail=executed, detail=detail)
+        for job, (executed, detail) in zip(jobs, _ODD_DETAILS, strict=True)
+    ]
+    expected = {
+        o.job.job_id: [
+            (str(e.event_type), e.actor, e.result_code, e.detail)
+            for e in transitions._outcome_events(WORKER, {o.job.job_id: o})(o.job, None, T_ANY)
+        ]
+        for o in outcomes
+    }
+    with transaction.atomic():
+        if turn:
+            finished, _claimed = transitions.finish_and_claim_jobs(
+                outcomes,
+                scope="noop",
+                worker_id=WORKER,
+                lease_seconds=LEASE,
+                limit=10,
+                authorize=lambda job: True,
+            )
+        else:
+            finished = transitions.finish_jobs(outcomes, actor=WORKER)
+    assert finished == {j.job_id for j in jobs}
+    for job in jobs:
+        assert _after_ready(job.job_id)[3:] == expected[job.job_id]
+    assert [len(expected[j.job_id]) for j in jobs] == [2, 1, 2]
+
+
+T_ANY = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+
+
 def test_executor_on_a_queue_it_cannot_take_as_one_goes_step_by_step(monkeypatch):
     """A job whose checks fail (here: its schema no longer validates) makes the one-write turn
     refuse; the step-by-step turn rejects it with its reason and runs the others."""
