@@ -18,13 +18,12 @@ lines). This module imports no app.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import datetime as dt
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 # The keys this module knows; anything else in a record's ``extra`` is passed through too.
@@ -57,16 +56,24 @@ def bind_process(**values: str) -> None:
             _process.pop(key, None)
 
 
-@contextlib.contextmanager
-def bound(**values: str) -> Iterator[None]:
-    """Facts for the work inside the block (a job and its claim); restored on exit."""
-    current = dict(_work.get() or {})
-    current.update({k: str(v) for k, v in values.items() if v})
-    token = _work.set(current)
-    try:
-        yield
-    finally:
-        _work.reset(token)
+class bound:
+    """Facts for the work inside the block (a job and its claim); restored on exit.
+
+    A class, not a generator context manager: an executor enters one per job, and the
+    generator's machinery cost more than the facts themselves."""
+
+    __slots__ = ("_token", "_values")
+
+    def __init__(self, **values: str) -> None:
+        self._values = values
+
+    def __enter__(self) -> None:
+        current = dict(_work.get() or {})
+        current.update({k: str(v) for k, v in self._values.items() if v})
+        self._token = _work.set(current)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _work.reset(self._token)
 
 
 def context() -> dict[str, str]:

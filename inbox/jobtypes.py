@@ -94,7 +94,7 @@ class JobType:
 
     @property
     def handler(self) -> Callable[..., Any]:
-        return import_string(self.handler_path)
+        return _handler_at(self.handler_path)
 
     def allowed_fields(self) -> set[str]:
         return set(self._allowed)
@@ -130,6 +130,13 @@ class JobType:
         base = self.max_attempts or settings.INBOX_MAX_ATTEMPTS
         policy = RetryPolicy.of(doc) if self.idempotent else None
         return max(base, policy.retries + 1) if policy else base
+
+
+@functools.cache
+def _handler_at(path: str) -> Callable[..., Any]:
+    """The handler a dotted path names, imported once per process (an executor asks for it
+    per job); a path that fails to import is not remembered and fails again next time."""
+    return import_string(path)
 
 
 def sha256_hex(text: str) -> str:
