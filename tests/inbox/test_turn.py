@@ -36,6 +36,18 @@ def _claim_and_begin(limit: int = 10, authorize=lambda job: True, scope: str = "
         )
 
 
+def _finish_and_claim(outcomes: list[Outcome]):
+    """The executor's turn after ``outcomes``: they are recorded and the next 10 claimed."""
+    return transitions.finish_and_claim_jobs(
+        outcomes,
+        scope="noop",
+        worker_id=WORKER,
+        lease_seconds=LEASE,
+        limit=10,
+        authorize=lambda job: True,
+    )
+
+
 def _after_ready(job_id: str) -> list[tuple[str, str, str, dict[str, Any]]]:
     """(type, actor, result code, detail) of a job's events after it became READY."""
     rows = AuditEvent.objects.for_job(job_id).values_list(
@@ -156,14 +168,7 @@ def test_finish_and_claim_records_outcomes_and_claims_the_next_batch():
     ]
 
     with transaction.atomic():
-        finished, claimed = transitions.finish_and_claim_jobs(
-            outcomes,
-            scope="noop",
-            worker_id=WORKER,
-            lease_seconds=LEASE,
-            limit=10,
-            authorize=lambda job: True,
-        )
+        finished, claimed = _finish_and_claim(outcomes)
 
     assert finished == {j.job_id for j in first}
     assert [j.job_id for j in claimed] == later
@@ -190,14 +195,7 @@ def test_finish_and_claim_refuses_a_lost_claim_and_records_the_stale_write():
     outcomes = [Outcome(stale, S.SUCCEEDED, "OK"), Outcome(jobs[1], S.SUCCEEDED, "OK")]
 
     with transaction.atomic():
-        finished, claimed = transitions.finish_and_claim_jobs(
-            outcomes,
-            scope="noop",
-            worker_id=WORKER,
-            lease_seconds=LEASE,
-            limit=10,
-            authorize=lambda job: True,
-        )
+        finished, claimed = _finish_and_claim(outcomes)
 
     assert finished == {jobs[1].job_id}
     assert lost.job_id in finished.refused
@@ -218,14 +216,7 @@ def test_finish_and_claim_with_mixed_outcomes_records_each_group():
     ]
 
     with transaction.atomic():
-        finished, _claimed = transitions.finish_and_claim_jobs(
-            outcomes,
-            scope="noop",
-            worker_id=WORKER,
-            lease_seconds=LEASE,
-            limit=10,
-            authorize=lambda job: True,
-        )
+        finished, _claimed = _finish_and_claim(outcomes)
 
     assert finished == {j.job_id for j in jobs}
     states = dict(Job.objects.values_list("job_id", "state"))
@@ -242,14 +233,7 @@ def test_a_busy_turn_is_one_statement_on_postgresql():
     _ready(2)
     outcomes = [Outcome(job, S.SUCCEEDED, "OK") for job in jobs]
     with CaptureQueriesContext(connection) as captured, transaction.atomic():
-        transitions.finish_and_claim_jobs(
-            outcomes,
-            scope="noop",
-            worker_id=WORKER,
-            lease_seconds=LEASE,
-            limit=10,
-            authorize=lambda job: True,
-        )
+        _finish_and_claim(outcomes)
     statements = [
         q["sql"] for q in captured.captured_queries if q["sql"] not in ("BEGIN", "COMMIT")
     ]
@@ -288,14 +272,7 @@ def test_outcome_events_are_what_python_builds(to, code, error, turn):
     }
     with transaction.atomic():
         if turn:
-            finished, _claimed = transitions.finish_and_claim_jobs(
-                outcomes,
-                scope="noop",
-                worker_id=WORKER,
-                lease_seconds=LEASE,
-                limit=10,
-                authorize=lambda job: True,
-            )
+            finished, _claimed = _finish_and_claim(outcomes)
         else:
             finished = transitions.finish_jobs(outcomes, actor=WORKER)
     assert finished == {j.job_id for j in jobs}
