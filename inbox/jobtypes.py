@@ -118,7 +118,7 @@ class JobType:
         if not self.uses_vault:
             del schema["vault_path"]
         schema.update(self.required)
-        return tuple((name, tname, _TYPES[tname][0]) for name, tname in schema.items())
+        return _typed_schema(schema)
 
     def scope_for(self, doc: Mapping[str, Any]) -> str:
         """The scope a validated document of this type is claimed from."""
@@ -540,7 +540,13 @@ def _text_problems(name: str, value: str) -> list[str]:
     return problems
 
 
-_COMMON_SCHEMA = tuple((name, tname, _TYPES[tname][0]) for name, tname in COMMON_FIELDS.items())
+def _typed_schema(fields: Mapping[str, str]) -> tuple[tuple[str, str, type], ...]:
+    """(name, type name, the exact Python type a JSON value of that type has) per field."""
+    return tuple((name, tname, _TYPES[tname][0]) for name, tname in fields.items())
+
+
+# A document whose type is unknown is still checked against the fields every type has.
+_COMMON_SCHEMA = _typed_schema(COMMON_FIELDS)
 
 
 def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
@@ -636,25 +642,23 @@ def fingerprint_from(columns: tuple[Any, ...], payload: Mapping[str, Any]) -> st
     values = (*columns, *map(payload.get, IMMUTABLE_PAYLOAD_FIELDS))
     # Only text and nulls are memoised: 1, 1.0 and True are equal keys but different JSON.
     if _MEMO_TYPES.issuperset(map(type, values)):
-        return _fingerprint_of_values(values)
-    return _fingerprint_of_values.__wrapped__(values)
+        return _fingerprint_of_text(values)
+    canonical = json.dumps(
+        dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 @functools.lru_cache(maxsize=4096)
-def _fingerprint_of_values(values: tuple[Any, ...]) -> str:
-    """The hash itself, memoised: a worker checks the same job's seal at its claim, its
-    authorization and its outcome, and a pure function of the values need not run thrice."""
-    if _MEMO_TYPES.issuperset(map(type, values)):
-        # Text and nulls (every seal the writers check): the canonical JSON filled into its
-        # one template, as ``json.dumps`` would write it, without building a dict to sort.
-        canonical = _CANONICAL % tuple(map(_json_text, _SORTED(values)))
-    else:
-        canonical = json.dumps(
-            dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
+def _fingerprint_of_text(values: tuple[str | None, ...]) -> str:
+    """The seal of text-and-null values (every seal the writers check), memoised: a worker
+    checks the same job's seal at its claim, its authorization and its outcome, and a pure
+    function of the values need not run thrice. The canonical JSON is filled into its one
+    template, as ``json.dumps`` would write it, without building a dict to sort."""
+    canonical = _CANONICAL % tuple(map(_json_text, _SORTED(values)))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 

@@ -183,7 +183,7 @@ def test_fast_canonical_is_json_dumps(values):
     """The seal of text and nulls, filled into its template, is the hash of exactly what
     ``json.dumps`` writes (any text: quotes, backslashes, control characters, non-ASCII,
     lone surrogates)."""
-    from inbox.jobtypes import _FINGERPRINT_NAMES, _fingerprint_of_values
+    from inbox.jobtypes import _FINGERPRINT_NAMES, _fingerprint_of_text
 
     canonical = json.dumps(
         dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
@@ -195,6 +195,6 @@ def test_fast_canonical_is_json_dumps(values):
         expected = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
     except UnicodeEncodeError:
         with pytest.raises(UnicodeEncodeError):
-            _fingerprint_of_values.__wrapped__(tuple(values))
+            _fingerprint_of_text.__wrapped__(tuple(values))
         return
-    assert _fingerprint_of_values.__wrapped__(tuple(values)) == expected
+    assert _fingerprint_of_text.__wrapped__(tuple(values)) == expected
