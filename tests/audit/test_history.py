@@ -140,7 +140,9 @@ def _applied(db: ProcDB, app: str) -> list[str]:
     return [name for (name,) in rows]
 
 
-@pytest.mark.parametrize("target", ["zero", "0002_append_only_triggers", "0001_initial"])
+@pytest.mark.parametrize(
+    "target", ["zero", "0005_partial_subject_indexes", "0002_append_only_triggers", "0001_initial"]
+)
 def test_migrate_audit_backwards_is_refused_and_unapplies_nothing(proc_db, target) -> None:
     _seed_event(proc_db)
     before = {app: _applied(proc_db, app) for app in ("audit", "console", "inbox", "runs")}
@@ -191,3 +193,48 @@ def test_migrate_audit_zero_with_the_setting_erases_the_history(proc_db) -> None
 def test_migrate_other_app_backwards_is_not_refused(proc_db) -> None:
     proc = proc_db.manage("migrate", "console", "0001_roles", check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- the event id without AUTOINCREMENT (audit 0006) -----------------------------------------
+
+
+def _events(db: ProcDB) -> list[tuple]:
+    return db.query(f"SELECT {COLUMNS} FROM audit_auditevent ORDER BY event_id")
+
+
+def _table_sql(db: ProcDB) -> str:
+    return db.scalar("SELECT sql FROM sqlite_master WHERE name = 'audit_auditevent'")
+
+
+def _assert_append_only(db: ProcDB, pk: int) -> None:
+    for sql in (
+        "DELETE FROM audit_auditevent",
+        f"UPDATE audit_auditevent SET actor = 'mallory' WHERE event_id = {pk}",
+        *[rewrite.format(pk=pk) for rewrite in _rewrites(db.vendor).values()],
+    ):
+        with pytest.raises(Exception, match="append-only"):
+            db.execute(sql)
+
+
+def test_0006_keeps_every_event_its_id_and_the_triggers(proc_db) -> None:
+    """SQLite rebuilds the table to drop AUTOINCREMENT: every event keeps its id, the triggers
+    are back (both ways), and the next id is one above the last. PostgreSQL: nothing moves."""
+    proc_db.extra_env["AUDIT_ALLOW_ERASING_HISTORY"] = "1"
+    proc_db.manage("migrate", "audit", "0005_partial_subject_indexes")
+    if proc_db.vendor == "sqlite":
+        assert "AUTOINCREMENT" in _table_sql(proc_db)
+    for _ in range(3):
+        _seed_event(proc_db)
+    before = _events(proc_db)
+    _assert_append_only(proc_db, before[-1][0])
+    proc_db.extra_env.pop("AUDIT_ALLOW_ERASING_HISTORY")
+
+    proc_db.manage("migrate", "audit")
+    assert _applied(proc_db, "audit")[-1] == "0006_event_id_without_autoincrement"
+    assert _events(proc_db) == before
+    _assert_append_only(proc_db, before[-1][0])
+    if proc_db.vendor == "sqlite":
+        assert "AUTOINCREMENT" not in _table_sql(proc_db)
+    _seed_event(proc_db)
+    ids = [row[0] for row in _events(proc_db)]
+    assert ids == [*[row[0] for row in before], before[-1][0] + 1]

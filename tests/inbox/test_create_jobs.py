@@ -3,6 +3,8 @@ sealing and audit (DESIGN §1.6, §1.8), and an operator's cancel (§1.3)."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from audit.models import AuditEvent, EventType
@@ -169,3 +171,67 @@ def test_cancel_needs_a_reason():
     job = make_job("save", S.READY)
     with pytest.raises(ValueError, match="reason"):
         transitions.cancel_job(job.job_id, actor=OPERATOR, reason="  ")
+
+
+# --- the creation time: the database's, in the text a Python-stamped row has ------------------
+
+
+def _stamped_alike(job: Job) -> None:
+    """The stored job, its events and a lookup by its time all agree with ``job.created_at``:
+    on SQLite that holds only if the statement wrote the very text Django writes for it."""
+    stored = Job.objects.get(job_id=job.job_id)
+    assert stored.created_at == stored.updated_at == job.created_at == job.updated_at
+    assert Job.objects.filter(job_id=job.job_id, created_at=job.created_at).exists()
+    assert Job.objects.filter(job_id=job.job_id, updated_at=job.updated_at).exists()
+    times = set(AuditEvent.objects.for_job(job.job_id).values_list("created_at", flat=True))
+    assert times == {job.created_at}
+    assert AuditEvent.objects.filter(job_id=job.job_id, created_at=job.created_at).count() == 2
+
+
+def test_a_single_job_is_stamped_with_the_database_clock():
+    before = transitions.db_now()
+    job, created = transitions.create_job(noop_doc(uid="clock"), requested_by=PRODUCER)
+    after = transitions.db_now()
+    assert created and before <= job.created_at <= after
+    _stamped_alike(job)
+
+
+def test_a_batch_behind_a_replayed_first_job_is_stamped_in_order():
+    """The first job's INSERT stamps itself; when it is a replay (nothing inserted, no time
+    returned) the batch reads the clock instead, and the rest still follow in input order."""
+    first = noop_doc(uid="again")
+    transitions.create_job(first, requested_by=PRODUCER)
+    docs = [dict(first), noop_doc(uid="after-1"), noop_doc(uid="after-2")]
+    result = transitions.create_jobs(docs, requested_by=PRODUCER)
+    assert list(result.replayed) == [0] and sorted(result.created) == [1, 2]
+    one, two = result.created[1], result.created[2]
+    assert two.created_at - one.created_at == dt.timedelta(microseconds=1)
+    assert one.created_at > result.replayed[0].created_at
+    for job in (one, two):
+        _stamped_alike(job)
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "2026-12-03 21:48:16.000",
+        "2026-12-03 21:48:16.100",
+        "2026-12-03 21:48:16.955",
+        "2026-12-31 23:59:59.999",
+        "2027-01-01 00:00:00.000",
+        "2027-01-01 00:00:00.001",
+    ],
+)
+def test_sqlite_clock_sql_writes_what_django_writes_for_that_time(moment):
+    """Django writes ``str()`` of the naive UTC datetime: no fraction on a whole second."""
+    from django.db import connection
+
+    from core.clock import parse_sqlite_datetime, sqlite_clock_sql
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {sqlite_clock_sql(repr(moment))}, %s", [1])
+        (text, _one) = cursor.fetchone()
+    adapt = connection.ops.adapt_datetimefield_value
+    assert text == str(adapt(parse_sqlite_datetime(moment)))
+    assert len(text) == (19 if moment.endswith(".000") else 26)
