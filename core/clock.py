@@ -26,18 +26,6 @@ def db_now(at: dt.datetime | None = None) -> dt.datetime:
         return parse_sqlite_datetime(cursor.fetchone()[0])
 
 
-def sqlite_clock_sql(moment: str = "'now'") -> str:
-    """SQLite: an SQL expression for the database's time (``moment``) as the very text Django
-    writes for the datetime ``db_now()`` returns, so a row a statement stamps by itself compares
-    equal to one stamped from Python: ``str()`` of a naive UTC datetime, which has six digits
-    of fraction, or none on a whole second. SQLite's clock has milliseconds; the same
-    ``'now'`` within one statement. Percent signs are doubled: for a statement run with
-    parameters."""
-    text = f"strftime('%%Y-%%m-%%d %%H:%%M:%%f', {moment})"
-    whole = f"substr({text}, 1, 19)"
-    return f"(CASE WHEN substr({text}, 21) = '000' THEN {whole} ELSE {text} || '000' END)"
-
-
 def parse_sqlite_datetime(value: str | dt.datetime) -> dt.datetime:
     """A timestamp SQLite returned as text, as an aware UTC datetime."""
     if isinstance(value, dt.datetime):

@@ -48,7 +48,7 @@ from audit.events import (
 )
 from audit.models import AuditEvent, EventType
 from core import faults
-from core.clock import db_now, parse_sqlite_datetime, sqlite_clock_sql
+from core.clock import db_now, parse_sqlite_datetime
 from core.db import bounded, locked, prepared_cursor
 from core.errors import Busy
 from core.paging import capped_count
@@ -1346,14 +1346,20 @@ def _store(fresh: list[tuple[Job, list[Event]]], at: dt.datetime | None) -> dict
         return {}
     if connection.vendor == "postgresql":
         return _store_postgresql(fresh, at)
-    inserted = _insert_jobs([job for job, _events in fresh], at)
+    now = db_now(at)
+    stamps = {job.job_id: now + dt.timedelta(microseconds=n) for n, (job, _e) in enumerate(fresh)}
+    for job, _events in fresh:
+        job.created_at = job.updated_at = stamps[job.job_id]
+    inserted = _insert_jobs([job for job, _events in fresh])
     record_events(
-        Event(e.event_type, e.actor, e.job_id, e.run_id, e.result_code, e.detail, job.created_at)
+        Event(
+            e.event_type, e.actor, e.job_id, e.run_id, e.result_code, e.detail, stamps[job.job_id]
+        )
         for job, job_events in fresh
         if job.job_id in inserted
         for e in job_events
     )
-    return {job.job_id: job.created_at for job, _events in fresh if job.job_id in inserted}
+    return {job_id: stamps[job_id] for job_id in inserted}
 
 
 _PG_TYPES = {
@@ -1416,53 +1422,37 @@ SELECT job_id, created_at FROM ins"""
         return dict(cursor.fetchall())
 
 
-def _insert_jobs(jobs: list[Job], at: dt.datetime | None) -> set[str]:
-    """SQLite: the jobs inserted one prepared row INSERT each, in the caller's transaction,
-    stamped with the batch's database time (``at`` if given) plus one microsecond per position;
+def _insert_jobs(jobs: list[Job]) -> set[str]:
+    """SQLite: the jobs inserted one prepared row INSERT each, in the caller's transaction;
     the ids stored (a key already present is skipped: ON CONFLICT DO NOTHING). A JSON array
-    read back with json_extract would be parsed once per column of every row.
-
-    Without ``at`` the first job's INSERT stamps itself from SQLite's clock and returns the
-    time, in the exact text a Python-stamped row would have: a single enqueue needs no
-    statement of its own to read the clock (only a replayed first job makes one)."""
+    read back with json_extract would be parsed once per column of every row."""
     adapt = connection.ops.adapt_datetimefield_value
+    columns = ", ".join(_INSERT_COLUMNS)
     table = connection.ops.quote_name(Job._meta.db_table)
-    head = (
-        f"INSERT INTO {table} ({', '.join(_INSERT_COLUMNS)}, attempt_count, worker_id, "
-        f"claim_id, result_code, last_error, note) VALUES ({', '.join(['%s'] * _INSERT_CREATED)}"
+    marks = ", ".join(["%s"] * len(_INSERT_COLUMNS))
+    sql = (
+        f"INSERT INTO {table} ({columns}, attempt_count, worker_id, claim_id, result_code, "
+        f"last_error, note) VALUES ({marks}, 0, '', '', '', '', '') ON CONFLICT DO NOTHING"
     )
-    tail = "0, '', '', '', '', '') ON CONFLICT DO NOTHING"
-    sql = f"{head}, %s, %s, {tail}"
     stored: set[str] = set()
-    now = at
+    texts: dict[dt.datetime, str] = {}  # created_at and updated_at are one value: adapt it once
     with prepared_cursor() as cursor:
-        for n, job in enumerate(jobs):
-            row = [getattr(job, c) for c in _INSERT_COLUMNS[:_INSERT_CREATED]]
+        for job in jobs:
+            row = [getattr(job, c) for c in _INSERT_COLUMNS]
             row[_INSERT_PAYLOAD] = json.dumps(row[_INSERT_PAYLOAD])
-            if (value := row[_INSERT_RUN_AFTER]) is not None:
-                row[_INSERT_RUN_AFTER] = str(adapt(value))
-            if now is None:
-                clock = sqlite_clock_sql()
-                cursor.execute(f"{head}, {clock}, {clock}, {tail} RETURNING created_at", row)
-                returned = cursor.fetchone()
-                now = db_now() if returned is None else parse_sqlite_datetime(returned[0])
-                job.created_at = job.updated_at = now
-                if returned is not None:
-                    stored.add(job.job_id)
-                continue
-            job.created_at = job.updated_at = stamp = now + dt.timedelta(microseconds=n)
-            text = str(adapt(stamp))
-            cursor.execute(sql, [*row, text, text])
+            for i in _INSERT_TIMES:
+                if (value := row[i]) is not None:
+                    if (text := texts.get(value)) is None:
+                        text = texts[value] = str(adapt(value))
+                    row[i] = text
+            cursor.execute(sql, row)
             if cursor.rowcount == 1:
                 stored.add(job.job_id)
     return stored
 
 
 _INSERT_PAYLOAD = _INSERT_COLUMNS.index("payload")
-_INSERT_RUN_AFTER = _INSERT_COLUMNS.index("run_after")
-# created_at and updated_at close the column list: the first row's clock INSERT writes
-# SQL of its own for both.
-_INSERT_CREATED = _INSERT_COLUMNS.index("created_at")
+_INSERT_TIMES = tuple(_INSERT_COLUMNS.index(c) for c in ("run_after", "created_at", "updated_at"))
 
 
 def _existing_for_replay(new: Job) -> Job:

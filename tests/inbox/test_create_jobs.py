@@ -197,8 +197,8 @@ def test_a_single_job_is_stamped_with_the_database_clock():
 
 
 def test_a_batch_behind_a_replayed_first_job_is_stamped_in_order():
-    """The first job's INSERT stamps itself; when it is a replay (nothing inserted, no time
-    returned) the batch reads the clock instead, and the rest still follow in input order."""
+    """A replayed job keeps its time; the jobs created after it in the batch take the batch's
+    database time, one microsecond apart in input order."""
     first = noop_doc(uid="again")
     transitions.create_job(first, requested_by=PRODUCER)
     docs = [dict(first), noop_doc(uid="after-1"), noop_doc(uid="after-2")]
@@ -209,29 +209,3 @@ def test_a_batch_behind_a_replayed_first_job_is_stamped_in_order():
     assert one.created_at > result.replayed[0].created_at
     for job in (one, two):
         _stamped_alike(job)
-
-
-@pytest.mark.sqlite
-@pytest.mark.parametrize(
-    "moment",
-    [
-        "2026-12-03 21:48:16.000",
-        "2026-12-03 21:48:16.100",
-        "2026-12-03 21:48:16.955",
-        "2026-12-31 23:59:59.999",
-        "2027-01-01 00:00:00.000",
-        "2027-01-01 00:00:00.001",
-    ],
-)
-def test_sqlite_clock_sql_writes_what_django_writes_for_that_time(moment):
-    """Django writes ``str()`` of the naive UTC datetime: no fraction on a whole second."""
-    from django.db import connection
-
-    from core.clock import parse_sqlite_datetime, sqlite_clock_sql
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {sqlite_clock_sql(repr(moment))}, %s", [1])
-        (text, _one) = cursor.fetchone()
-    adapt = connection.ops.adapt_datetimefield_value
-    assert text == str(adapt(parse_sqlite_datetime(moment)))
-    assert len(text) == (19 if moment.endswith(".000") else 26)
