@@ -344,3 +344,17 @@ def test_lease_comes_from_database_clock_when_process_clock_is_shifted(monkeypat
     assert set(Job.objects.values_list("state", flat=True)) == {S.CLAIMED}
     events = AuditEvent.objects.filter(event_type=EventType.CLAIMED)
     assert all(abs(e.created_at - db_now) < TOLERANCE for e in events)
+
+
+def test_db_now_reads_the_database_clock_between_two_reads_of_it(monkeypatch):
+    """``db_now`` is the database's time as the database itself reads it: between two reads
+    made by the database, whatever this process's Python clock says; on SQLite in the
+    millisecond steps SQLite's clock has."""
+    _shift_process_clock(monkeypatch, 15 * 60)
+    before = _database_now()
+    now = transitions.db_now()
+    after = _database_now()
+    assert before <= now <= after
+    assert now.utcoffset() == dt.timedelta(0)
+    if connection.vendor == "sqlite":
+        assert now.microsecond % 1000 == 0
