@@ -18,13 +18,19 @@ def db_now(at: dt.datetime | None = None) -> dt.datetime:
             # statement_timestamp(), not now(): now() is frozen at the transaction's start.
             cursor.execute("SELECT statement_timestamp()")
             return cursor.fetchone()[0]
-    # SQLite's clock is the host's C library clock, shared by every process on the host. It is
-    # read on the driver's connection: every job step reads it, and Django's cursor layers
-    # (a cursor made, the execute wrappers, the query log) cost several times the statement.
+    # SQLite's clock is the host's C library clock, shared by every process on the host. Every
+    # job step reads it, and Django's cursor layers (a cursor made, the execute wrappers)
+    # cost several times the statement: it runs on the driver's connection, unless queries
+    # are being logged (DEBUG, a test counting them), which then see it like any other.
     db = connections[DEFAULT_DB_ALIAS]
-    db.ensure_connection()
-    with db.wrap_database_errors:
-        ((text,),) = db.connection.execute(_SQLITE_NOW).fetchall()
+    if db.queries_logged:
+        with db.cursor() as cursor:
+            cursor.execute(_SQLITE_NOW)
+            ((text,),) = cursor.fetchall()
+    else:
+        db.ensure_connection()
+        with db.wrap_database_errors:
+            ((text,),) = db.connection.execute(_SQLITE_NOW).fetchall()
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from audit.models import AuditEvent, EventType
@@ -346,14 +348,18 @@ def test_lease_comes_from_database_clock_when_process_clock_is_shifted(monkeypat
     assert all(abs(e.created_at - db_now) < TOLERANCE for e in events)
 
 
-def test_db_now_reads_the_database_clock_between_two_reads_of_it(monkeypatch):
+@pytest.mark.parametrize("logged", [False, True], ids=["quiet", "queries-logged"])
+def test_db_now_reads_the_database_clock_between_two_reads_of_it(monkeypatch, logged):
     """``db_now`` is the database's time as the database itself reads it: between two reads
     made by the database, whatever this process's Python clock says; on SQLite in the
-    millisecond steps SQLite's clock has."""
+    millisecond steps SQLite's clock has. With queries logged the read is in the log."""
     _shift_process_clock(monkeypatch, 15 * 60)
     before = _database_now()
-    now = transitions.db_now()
+    with CaptureQueriesContext(connection) if logged else contextlib.nullcontext() as queries:
+        now = transitions.db_now()
     after = _database_now()
+    if logged:
+        assert len(queries) == 1
     assert before <= now <= after
     assert now.utcoffset() == dt.timedelta(0)
     if connection.vendor == "sqlite":
