@@ -737,8 +737,9 @@ def summarise_profile(stats: Any, jobs: int) -> str:
         + ".",
         "",
         bl.table(
-            ["function (inclusive)", "calls", "s", "ms per job"],
-            [(name, nc, round(ct, 2), round(ct / jobs * 1000, 3)) for name, nc, ct in rows[:14]],
+            ["function (inclusive)", "calls", "s", "µs per job"],
+            # Formatted here: the table's default of one decimal printed most rows as 0.0 ms.
+            [(name, nc, f"{ct:.2f}", f"{ct / jobs * 1e6:,.1f}") for name, nc, ct in rows[:14]],
         ),
     ]
     return "\n".join(lines)
