@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import BaseTzLoader
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from psycopg import adapters
 from psycopg.pq import Format
@@ -68,6 +69,62 @@ def test_sqlite_texts_converted_once_and_bounded(monkeypatch) -> None:
             cursor.execute(f"SELECT %s + {n}", [n])
             assert cursor.fetchone() == (2 * n,)
     assert 1 <= len(core_db._QMARK_TEXTS) <= 3
+
+
+_PAUSE = (
+    "INSERT INTO inbox_scopepause (scope, paused, reason, changed_by, changed_at) "
+    "VALUES (%s, %s, '', 'x', CURRENT_TIMESTAMP)"
+)
+
+
+def _paused() -> dict[str, bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT scope, paused FROM inbox_scopepause")
+        return {scope: bool(paused) for scope, paused in cursor.fetchall()}
+
+
+def test_prepared_cursor_runs_like_djangos_with_nothing_logged() -> None:
+    """Nothing captured (the lean path on SQLite): literal percent signs, named and absent
+    parameters, ``executemany`` over a generator, the row count."""
+    with prepared_cursor() as cursor:
+        cursor.execute("SELECT %s, '100%%'", ["x"])
+        assert cursor.fetchone() == ("x", "100%")
+        cursor.execute("SELECT %(a)s, %(b)s", {"a": 1, "b": "two"})
+        assert cursor.fetchone() == (1, "two")
+        cursor.execute("SELECT 7")
+        assert cursor.fetchone() == (7,)
+        cursor.executemany(_PAUSE, ([scope, scope == "a"] for scope in ("a", "b")))
+        cursor.execute("UPDATE inbox_scopepause SET reason = %s WHERE scope <> %s", ["r", "z"])
+        assert cursor.rowcount == 2
+    assert _paused() == {"a": True, "b": False}
+
+
+def test_prepared_cursor_runs_a_wrapper_installed_after_it_was_made() -> None:
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with prepared_cursor() as cursor:
+        cursor.execute("SELECT %s", [1])
+        with connection.execute_wrapper(wrapper):
+            cursor.execute("SELECT %s", [2])
+            cursor.executemany(_PAUSE, [["w", True]])
+        cursor.execute("SELECT %s", [3])
+    assert seen == ["SELECT %s", _PAUSE]
+
+
+def test_prepared_cursor_refuses_a_statement_in_a_broken_transaction() -> None:
+    """In a transaction marked for rollback (an error escaped an inner block) the next
+    statement is refused, as Django's cursor refuses it."""
+    with transaction.atomic(), prepared_cursor() as cursor:
+        transaction.set_rollback(True)
+        with pytest.raises(TransactionManagementError):
+            cursor.execute("SELECT %s", [1])
+        with pytest.raises(TransactionManagementError):
+            cursor.executemany(_PAUSE, [["other", True]])
+    assert "other" not in _paused()
 
 
 def _timestamps(cursor) -> tuple:
