@@ -317,10 +317,11 @@ PROJECT_PACKAGES = ("audit", "inbox", "runs", "console", "core", "config", "benc
 def compile_project() -> str:
     """Compile the project's modules to bytecode once, before any measured process starts.
 
-    Every process a benchmark starts runs with ``PYTHONDONTWRITEBYTECODE=1`` (the runs leave
-    no bytecode behind them), so without this each executor compiled the project's source
-    (about 40 modules, ``inbox/transitions.py`` the largest) on every start: 0.3-0.4 s of CPU
-    that a cold round billed four times at K = 4. The peer and Django are installed by pip,
+    Every process a benchmark starts runs with ``PYTHONDONTWRITEBYTECODE=1`` (they write
+    none of their own), so without this each executor compiled the project's
+    source (about 40 modules, ``inbox/transitions.py`` the largest) on every start: about
+    0.3 s of CPU that a cold round billed four times at K = 4. ``machine_facts`` calls it, and
+    every benchmark calls that first. The peer and Django are installed by pip,
     which compiles them at install time; this gives our modules the same footing. The files go
     to the usual ``__pycache__`` folders (ignored by git); Python checks each against its
     source's size and time at import, so an edited module is never run stale.

@@ -267,6 +267,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.requests, args.warmup, args.gin)
         return
+    facts = bl.machine_facts()  # at the start: the load average and the bytecode, before the runs
     cb = _console_module()
     events = args.events or args.jobs
     notes: list[str] = []
@@ -339,7 +340,6 @@ def main() -> None:
         *notes,
     ]
     bl.say("\n".join(body))
-    facts = bl.machine_facts()
     facts["measured through"] = "django.test.Client in-process (server time)"
     path = bl.write_result("console-issue12", "Issue 12 at scale", body, facts)
     bl.say(f"\nwrote {path.relative_to(bl.ROOT)}")

@@ -30,6 +30,9 @@ def main() -> None:
         "--jobs", type=int, default=500, help="SAVE jobs (and half as many DELETEs)"
     )
     args = parser.parse_args()
+    import benchlib as bl
+
+    facts = bl.machine_facts()  # at the start: the load average and the bytecode, before the runs
     (ROOT / "var").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="txn-", dir=ROOT / "var"))
     os.environ["DATABASE_URL"] = f"sqlite:///{work / 'db.sqlite3'}"
@@ -122,8 +125,6 @@ def main() -> None:
     phase[0] = "consolidator"
     ConsolidatorWorker(store="vault", once=True, say=lambda _t: None).run()
 
-    import benchlib as bl
-
     body = [
         f"SQLite write transactions (outermost atomic blocks), {args.jobs} SAVE + "
         f"{args.jobs // 2} DELETE jobs, one consolidator run (20 groups of 4 copies):",
@@ -144,7 +145,6 @@ def main() -> None:
         )
     body.append(bl.table(["worker", "transactions", "median ms", "p99 ms", "longest ms"], rows))
     print("\n".join(body))
-    facts = bl.machine_facts()
     path = bl.write_result("txn-lengths", "SQLite write transaction lengths", body, facts)
     print(f"txn_lengths: wrote {path.relative_to(ROOT)}")
     shutil.rmtree(work, ignore_errors=True)
