@@ -4,7 +4,7 @@ Each benchmark prints its table and writes bench/results/<name>-<timestamp>.md. 
 runs are the scripts' own defaults (see bench/README.md); this runner only shrinks them:
 
     throughput  --jobs 400 (K = 1, 2, 4; 3 repeats; PostgreSQL and SQLite; peers included)
-    enqueue_pairs --pairs 5 --jobs 300 --history 3000 (SQLite single-job enqueue against the
+    enqueue_pairs --pairs 7 --jobs 300 --history 3000 (SQLite single-job enqueue against the
                 peer in interleaved pairs)
     console     --jobs 20000 --events 60000 (30 requests per page)
     memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
@@ -31,7 +31,7 @@ import benchlib as bl
 
 SMALL = {
     "throughput": ["--jobs", "400"],
-    "enqueue_pairs": ["--pairs", "5", "--jobs", "300", "--history", "3000"],
+    "enqueue_pairs": ["--pairs", "7", "--jobs", "300", "--history", "3000"],
     "console": ["--jobs", "20000", "--events", "60000"],
     "memory": ["--jobs", "5000"],
     "api_enqueue": ["--batches", "3", "--repeats", "1"],
