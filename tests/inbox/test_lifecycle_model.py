@@ -692,10 +692,29 @@ class LifecycleModel(RuleBasedStateMachine):
 
 
 def test_lifecycle_matches_the_model(settings_override) -> None:
+    _explore(EXAMPLES)
+    if EXAMPLES >= 1000:
+        # Hypothesis's runs are correlated: the rarest path (a lease lapsing on a job's last
+        # attempt) came up 13 times in one run of 1,000 and never in another. A miss is
+        # explored further, up to TOP_UPS more runs of half the size, before it fails: the
+        # check still proves every path was exercised, without failing one CI run in ~30.
+        for _ in range(TOP_UPS):
+            if not _missing():
+                break
+            print("\nnot reached yet:", ", ".join(_missing()), "- exploring further")
+            _explore(EXAMPLES // 2)
+        assert _missing() == []
+
+
+# How many extra runs a coverage miss may take (each half of CONSOLE_MODEL_EXAMPLES).
+TOP_UPS = 3
+
+
+def _explore(examples: int) -> None:
     run_state_machine_as_test(
         LifecycleModel,
         settings=hypothesis_settings(
-            max_examples=EXAMPLES,
+            max_examples=examples,
             stateful_step_count=STEPS,
             deadline=None,
             database=None,
@@ -703,8 +722,11 @@ def test_lifecycle_matches_the_model(settings_override) -> None:
         ),
     )
     print("\nsteps by outcome:", ", ".join(f"{k} {n}" for k, n in sorted(SEEN.items())))
-    if EXAMPLES >= 1000:
-        assert [label for label in MUST_SEE if not _reached(label)] == []
+
+
+def _missing() -> list[str]:
+    """The paths a run of this size must reach and has not (yet)."""
+    return [label for label in MUST_SEE if not _reached(label)]
 
 
 def _kinds(label: str) -> tuple[str, set[str]]:
@@ -789,3 +811,28 @@ def test_begun_delete_whose_lease_lapses_is_parked_and_its_late_writes_refused()
         with pytest.raises(InboxError):
             late()
     assert Job.objects.get(job_id=job.job_id).state == S.OUTCOME_UNKNOWN
+
+
+@pytest.mark.parametrize(("reached_on_run", "runs", "fails"), [(2, 2, False), (None, 4, True)])
+def test_a_coverage_miss_is_explored_further_then_fails(
+    monkeypatch, reached_on_run: int | None, runs: int, fails: bool
+) -> None:
+    """The top-up loop itself: a path first reached by the second run passes after two runs;
+    one never reached fails after the first run and every top-up (nothing is explored here)."""
+    monkeypatch.setattr(f"{__name__}.EXAMPLES", 1000)
+    monkeypatch.setattr(f"{__name__}.MUST_SEE", ("moved: NEVER_BEFORE",))
+    monkeypatch.setattr(f"{__name__}.SEEN", Counter())
+    sizes: list[int] = []
+
+    def explore(examples: int) -> None:
+        sizes.append(examples)
+        if len(sizes) == reached_on_run:
+            SEEN["moved: NEVER_BEFORE+READY"] += 1
+
+    monkeypatch.setattr(f"{__name__}._explore", explore)
+    if fails:
+        with pytest.raises(AssertionError):
+            test_lifecycle_matches_the_model(None)
+    else:
+        test_lifecycle_matches_the_model(None)
+    assert sizes == [1000] + [500] * (runs - 1)
