@@ -18,7 +18,6 @@ and its sha256) by default, ``--type NOOP`` for the smallest documents. ``--repe
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import http.client
 import json
@@ -113,11 +112,7 @@ def _round(port: int, token: str, *, clients: int, batches: int, batch: int, kin
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bl.arg_parser(__doc__)
     parser.add_argument("--clients", default="1,2", help="concurrent clients per round (1,2)")
     parser.add_argument("--batches", type=int, default=10, help="requests per client (10)")
     parser.add_argument("--batch", type=int, default=1000, help="documents per request (1000)")

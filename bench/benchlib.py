@@ -8,6 +8,7 @@ project's packages in their helper subprocesses.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import platform
@@ -388,6 +389,16 @@ def write_result(name: str, title: str, body: Sequence[str], facts: dict[str, st
     lines += [table(["fact", "value"], facts.items()), ""]
     path.write_text("\n".join(lines))
     return path
+
+
+def arg_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's command line: its docstring's first paragraph as the description, the rest
+    (what it measures, example commands) as the epilog, laid out as written."""
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def say(text: str = "") -> None:

@@ -583,11 +583,7 @@ def report(pages: list[Page], args: argparse.Namespace, notes: list[str]) -> lis
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bl.arg_parser(__doc__)
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs to load (1,000,000)")
     parser.add_argument(
         "--events",

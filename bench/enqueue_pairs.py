@@ -221,11 +221,7 @@ def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bl.arg_parser(__doc__)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
     parser.add_argument("--pairs", type=int, default=15, help="pairs of rounds (15)")
     parser.add_argument("--jobs", type=int, default=2000, help="enqueues per round (2,000)")

@@ -635,11 +635,7 @@ def report(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bl.arg_parser(__doc__)
     parser.add_argument("--jobs", type=int, default=20000, help="jobs per drain (20,000)")
     parser.add_argument("--repeats", type=int, default=3, help="quiet and loaded rounds (3 each)")
     parser.add_argument("--operators", type=int, default=50, help="simulated operators (50)")

@@ -96,11 +96,7 @@ def summarise(run: dict, args: argparse.Namespace) -> tuple[list[tuple], float]:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bl.arg_parser(__doc__)
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs to drain (100,000)")
     parser.add_argument("--early", type=int, default=1_000, help="the early mark (1,000)")
     parser.add_argument("--interval", type=float, default=0.25, help="sampling period, s")

@@ -14,7 +14,6 @@ its row locks are held) as p50 / p95 / max; audit events before and after (never
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import os
@@ -36,11 +35,7 @@ def _console_bench():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bl.arg_parser(__doc__)
     parser.add_argument("--jobs", type=int, default=200_000, help="jobs to load (200,000)")
     parser.add_argument("--batch", type=int, default=500, help="rows per transaction (500)")
     parser.add_argument("--older-than", default="1d", help="the cut (1d)")

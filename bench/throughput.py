@@ -942,11 +942,7 @@ def fmt_commits(value: float) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = bl.arg_parser(__doc__)
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per round (20,000)")
     parser.add_argument("--workers", default="1,2,4", help="K values, comma-separated (1,2,4)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats per K (3)")
