@@ -1,0 +1,1 @@
+"""Database backends: Django's, subclassed where the project measured a cost."""
