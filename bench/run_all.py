@@ -6,6 +6,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
     throughput  --jobs 400 (K = 1, 2, 4; 3 repeats; PostgreSQL and SQLite; peers included)
     enqueue_pairs --pairs 7 --jobs 300 --history 3000 (SQLite single-job enqueue against the
                 peer in interleaved pairs)
+    sqlite_txn  --pairs 7 --jobs 200 (SQLite single-job enqueue: Django's BEGIN/COMMIT path
+                against the project's engine, interleaved)
     console     --jobs 20000 --events 60000 (30 requests per page)
     memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
     api_enqueue --batches 3 --repeats 1 (POST lists of 1,000 jobs through gunicorn)
@@ -32,6 +34,7 @@ import benchlib as bl
 SMALL = {
     "throughput": ["--jobs", "400"],
     "enqueue_pairs": ["--pairs", "7", "--jobs", "300", "--history", "3000"],
+    "sqlite_txn": ["--pairs", "7", "--jobs", "200"],
     "console": ["--jobs", "20000", "--events", "60000"],
     "memory": ["--jobs", "5000"],
     "api_enqueue": ["--batches", "3", "--repeats", "1"],
