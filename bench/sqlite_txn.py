@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 
 import benchlib as bl
@@ -30,14 +29,9 @@ MODES = ("FULL", "OFF")
 
 def child(mode: str, pairs: int, jobs: int) -> dict[str, list[float]]:
     """Inside the project: the interleaved rounds, each side's µs a job (wall and CPU)."""
-    sys.path.insert(0, str(bl.ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
     from django.db import connection
     from django.db.backends.sqlite3.base import DatabaseWrapper as Django
-    from ourside import noop_document
+    from ourside import noop_document  # sets the project up (path, settings, django.setup)
 
     from core.backends.sqlite3.base import DatabaseWrapper as Engine
     from inbox.transitions import create_job

@@ -35,7 +35,7 @@ def _pause(scope: str) -> None:
 
 
 def test_the_project_runs_on_the_subclassed_backend() -> None:
-    assert type(connections[DEFAULT_DB_ALIAS]).__module__ == ("core.backends.sqlite3.base")
+    assert type(connections[DEFAULT_DB_ALIAS]).__module__ == "core.backends.sqlite3.base"
     assert connection.vendor == "sqlite"
 
 

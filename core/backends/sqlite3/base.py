@@ -2,9 +2,9 @@
 
 Every job step on SQLite is one ``atomic()`` block: ``BEGIN IMMEDIATE``, a few statements,
 ``COMMIT``. Django issues that ``BEGIN`` through a new cursor and its whole wrapper chain, and
-wraps the ``COMMIT`` in a query-log context that only logs when queries are logged. Together
-they were about 5 % of the CPU of a single-job enqueue, which on SQLite is one transaction per
-job (12 of 244 µs with the fsync off, in interleaved rounds: bench/results/ANALYSIS-20261204d).
+wraps the ``COMMIT`` in a query-log context that only logs when queries are logged. Going
+around both saves 2-4 % of the CPU of a single-job enqueue, which on SQLite is one transaction
+per job (``bench/sqlite_txn.py``; bench/results/ANALYSIS-20261204d).
 
 Here both go straight to the driver, inside Django's error translation and thread check, while
 nothing is watching. When queries are logged (DEBUG, a test counting queries) or an execute
