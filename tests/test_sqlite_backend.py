@@ -56,6 +56,20 @@ def test_an_atomic_block_holds_the_write_lock_from_its_start_and_commits() -> No
         other.close()
 
 
+def test_a_commit_is_on_disk_before_autocommit_returns() -> None:
+    """``atomic()`` turns autocommit back on after its commit, and the driver commits any open
+    transaction then: only a commit made with autocommit still off shows the commit itself."""
+    other = _other()
+    transaction.set_autocommit(False)
+    try:
+        _pause("manual")
+        connection.commit()
+        assert other.execute("SELECT scope FROM inbox_scopepause").fetchall() == [("manual",)]
+    finally:
+        transaction.set_autocommit(True)
+        other.close()
+
+
 def test_a_refused_begin_comes_out_as_djangos_error_and_leaves_no_transaction() -> None:
     connection.ensure_connection()
     raw = connection.connection
