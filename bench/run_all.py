@@ -8,6 +8,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
                 peer in interleaved pairs)
     sqlite_txn  --pairs 7 --jobs 200 (SQLite single-job enqueue: Django's BEGIN/COMMIT path
                 against the project's engine, interleaved)
+    ceiling_pairs --pairs 3 --jobs 2000 (PostgreSQL, K = 4: ours warm and cold against the
+                batched ceiling in interleaved pairs)
     console     --jobs 20000 --events 60000 (30 requests per page)
     memory      --jobs 5000 (RSS after 1,000 vs after 5,000 jobs)
     api_enqueue --batches 3 --repeats 1 (POST lists of 1,000 jobs through gunicorn)
@@ -35,6 +37,7 @@ SMALL = {
     "throughput": ["--jobs", "400"],
     "enqueue_pairs": ["--pairs", "7", "--jobs", "300", "--history", "3000"],
     "sqlite_txn": ["--pairs", "7", "--jobs", "200"],
+    "ceiling_pairs": ["--pairs", "3", "--jobs", "2000"],
     "console": ["--jobs", "20000", "--events", "60000"],
     "memory": ["--jobs", "5000"],
     "api_enqueue": ["--batches", "3", "--repeats", "1"],
@@ -64,7 +67,15 @@ def main() -> None:
     failed = []
     for name in names:
         cmd = [bl.PY, str(bl.BENCH / f"{name}.py"), *([] if args.full else SMALL[name])]
-        if not pg and name in ("console", "memory", "api_enqueue", "prune", "sweeps", "live_load"):
+        if not pg and name in (
+            "ceiling_pairs",
+            "console",
+            "memory",
+            "api_enqueue",
+            "prune",
+            "sweeps",
+            "live_load",
+        ):
             bl.say(f"== {name}: skipped, PostgreSQL at {bl.PG_BASE} is not reachable")
             continue
         if not pg and name == "throughput":

@@ -1,0 +1,221 @@
+"""Goal 1 in interleaved pairs: ours at K executors against the batched pgbench ceiling.
+
+throughput.py runs each system three times and divides the medians. On these shared 2-core
+machines the same code and the same ceiling have read 51 % and 73 % an hour apart: the ratio
+of two medians taken minutes apart mostly measures how fast the host ran at each moment. Here
+the rounds take turns, back to back, and each pair's ratio compares rounds made seconds apart:
+
+  ceiling   the batched pgbench script (``pgbench_batched.sql``: our executor's statements and
+            rows, batches of 10, without Python), K clients
+  warm      K ``run_executor`` processes up and registered before the jobs are released (as in
+            production, and as pgbench's clients are)
+  cold      K ``run_executor --exit-when-idle`` processes started with the jobs waiting (their
+            start-up shares the cores with the first executors' drain)
+
+Every round drains N READY jobs loaded beforehand on its own database, settled first (VACUUM
+ANALYZE, CHECKPOINT); the rate is jobs over the span from the first claim to the last
+completion, read from the database (throughput.py's span rate). The order within a pair is
+reversed every other pair. The result gives each pair's ratios, their median, the sign test's
+95 % interval of that median, and the reading against the goal (≥ 60 % at K = 4), for warm and
+for cold; the conservative reading is the lower.
+
+    .venv/bin/python bench/ceiling_pairs.py                 # 15 pairs, N = 10,000, K = 4
+    .venv/bin/python bench/ceiling_pairs.py --pairs 3 --jobs 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from dataclasses import dataclass
+
+import benchlib as bl
+import enqueue_pairs as ep
+import throughput as tp
+
+GOAL = 0.60
+SIDES = ("ceiling", "warm", "cold")
+
+
+@dataclass
+class Pair:
+    ceiling: float
+    warm: float
+    cold: float
+
+    @property
+    def warm_ratio(self) -> float:
+        return self.warm / self.ceiling
+
+    @property
+    def cold_ratio(self) -> float:
+        return self.cold / self.ceiling
+
+
+def verdict(low: float, high: float, coverage: float, level: float = 0.95) -> str:
+    if coverage < level:
+        return f"too few pairs for a {level * 100:.0f} % interval"
+    if low >= GOAL:
+        return f"met (the interval is at or above {GOAL:.0%})"
+    if high < GOAL:
+        return f"not met (the interval is below {GOAL:.0%})"
+    return f"undecided (the interval holds {GOAL:.0%})"
+
+
+def databases() -> dict[str, str]:
+    """Ours (warm and cold rounds share it: a table that keeps every earlier round's rows, as
+    in throughput.py) and the ceiling's, fresh and migrated (setup)."""
+    urls = {}
+    for side in ("ours", "ceiling"):
+        name = bl.db_name(f"cp_{side}")
+        bl.recreate_pg_db(name)
+        urls[side] = bl.pg_url(name)
+        bl.migrate(urls[side])
+    return urls
+
+
+def measure(urls: dict[str, str], side: str, workers: int, jobs: int, mission: str) -> float:
+    """One round of one side; its span rate (jobs a second). A round that did not finish
+    every job stops the run: its rate would not be a drain's."""
+    r = tp.Round(side, "pg", workers, 0, jobs)
+    if side == "ceiling":
+        # The load and the settling happen inside, outside the measured span.
+        tp.drain_pgbench(bl.db_name("cp_ceiling"), r, mission, "pgbench_batched.sql")
+    elif side == "warm":
+        # It loads the jobs into a paused scope and settles the database itself.
+        tp.drain_ours_warm(urls["ours"], r, mission, [])
+    else:
+        tp.ours_json(urls["ours"], "load", "--n", str(jobs), "--mission", mission)
+        tp.counting_commits(
+            urls["ours"], r, lambda: tp.drain_ours(urls["ours"], r, mission, [], direct=False)
+        )
+    if r.done != r.jobs or r.note:
+        raise SystemExit(f"{side} round {mission}: {r.done}/{r.jobs} done; {r.note or 'no note'}")
+    return r.span_rate
+
+
+def run(args: argparse.Namespace) -> list[Pair]:
+    urls = databases()
+    # One small unmeasured round each: files, caches and the executors' bytecode exist first.
+    for side in SIDES:
+        measure(urls, side, args.workers, 400, f"cp-warmup-{side}")
+    pairs = []
+    for n in range(1, args.pairs + 1):
+        order = SIDES if n % 2 else SIDES[::-1]
+        got = {
+            side: measure(urls, side, args.workers, args.jobs, f"cp-{n}-{side}") for side in order
+        }
+        pair = Pair(got["ceiling"], got["warm"], got["cold"])
+        pairs.append(pair)
+        bl.say(
+            f"  pair {n:2}: ceiling {pair.ceiling:7,.0f}  warm {pair.warm:7,.0f}  cold "
+            f"{pair.cold:7,.0f}  ratios {pair.warm_ratio:5.0%} / {pair.cold_ratio:5.0%}"
+        )
+    if not args.keep_dbs:
+        for side in ("ours", "ceiling"):
+            bl.drop_pg_db(bl.db_name(f"cp_{side}"))
+    return pairs
+
+
+def summary_rows(pairs: list[Pair]) -> list[list[str]]:
+    rows = []
+    for label, ratios in (
+        ("warm / ceiling", [p.warm_ratio for p in pairs]),
+        ("cold / ceiling", [p.cold_ratio for p in pairs]),
+    ):
+        low, high, coverage = ep.median_interval(ratios)
+        rows.append(
+            [
+                label,
+                f"{statistics.median(ratios):.1%}",
+                f"{low:.1%} - {high:.1%} ({coverage:.1%})",
+                f"{min(ratios):.1%} - {max(ratios):.1%}",
+                f"{sum(r >= GOAL for r in ratios)} of {len(ratios)}",
+                verdict(low, high, coverage),
+            ]
+        )
+    return rows
+
+
+def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
+    return [
+        f"PostgreSQL, K = {args.workers}, {args.pairs} pairs of rounds of N = {args.jobs:,} jobs. "
+        "Order within a pair: ceiling, warm, cold, reversed every other pair. Rates are span "
+        "rates (jobs / (last completion − first claim)).",
+        "",
+        bl.table(
+            ["pair", "ceiling /s", "warm /s", "cold /s", "warm / ceiling", "cold / ceiling"],
+            [
+                [
+                    n,
+                    f"{p.ceiling:,.0f}",
+                    f"{p.warm:,.0f}",
+                    f"{p.cold:,.0f}",
+                    f"{p.warm_ratio:.0%}",
+                    f"{p.cold_ratio:.0%}",
+                ]
+                for n, p in enumerate(pairs, 1)
+            ],
+        ),
+        "",
+        bl.table(
+            [
+                "ratio",
+                "median of pairs",
+                "95 % interval of the median (its coverage)",
+                "range",
+                f"pairs at or above {GOAL:.0%}",
+                "reading",
+            ],
+            summary_rows(pairs),
+        ),
+        "",
+        "Medians of each side: "
+        + ", ".join(
+            f"{side} {statistics.median(getattr(p, side) for p in pairs):,.0f}/s" for side in SIDES
+        )
+        + ".",
+        "",
+        "The interval is the sign test's distribution-free 95 % confidence interval of the "
+        "median ratio (order statistics of the pairs). Goal 1 (issue 15): ours at K = 4 at least "
+        "60 % of the batched ceiling. The conservative reading is the lower of the two rows.",
+    ]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = bl.arg_parser(__doc__)
+    parser.add_argument("--pairs", type=int, default=15, help="pairs of rounds (15)")
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per round (10,000)")
+    parser.add_argument("--workers", type=int, default=4, help="K: executors and clients (4)")
+    parser.add_argument("--keep-dbs", action="store_true", help="keep the PostgreSQL databases")
+    args = parser.parse_args()
+    if args.pairs < 1 or args.workers < 1:
+        parser.error("--pairs and --workers must be at least 1")
+    # pgbench runs N / (10 K) transactions a client: N a multiple of 10 K keeps both sides at N.
+    step = tp.PGBENCH_BATCH * args.workers
+    if args.jobs < step:
+        parser.error(f"--jobs must be at least {step} (a batch of 10 for each of K clients)")
+    args.jobs -= args.jobs % step
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    os.chdir(bl.ROOT)
+    if not bl.pg_available():
+        raise SystemExit(f"PostgreSQL at {bl.PG_BASE} is not reachable")
+    facts = bl.machine_facts()
+    bl.say(f"ceiling pairs: K = {args.workers}, {args.pairs} pairs of {args.jobs:,}")
+    pairs = run(args)
+    body = report(pairs, args)
+    bl.say()
+    bl.say("\n".join(body))
+    path = bl.write_result(
+        "ceiling-pairs", "Goal 1: ours against the batched ceiling, interleaved pairs", body, facts
+    )
+    bl.say(f"\nwrote {path.relative_to(bl.ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
