@@ -97,9 +97,11 @@ def measure(urls: dict[str, str], side: str, workers: int, jobs: int, mission: s
 
 def run(args: argparse.Namespace) -> list[Pair]:
     urls = databases()
-    # One small unmeasured round each: files, caches and the executors' bytecode exist first.
+    # One small unmeasured round each: files, caches and the executors' bytecode exist first
+    # (at least a batch for each of K pgbench clients, so the ceiling's warm-up runs too).
+    step = tp.PGBENCH_BATCH * args.workers
     for side in SIDES:
-        measure(urls, side, args.workers, 400, f"cp-warmup-{side}")
+        measure(urls, side, args.workers, max(400 - 400 % step, step), f"cp-warmup-{side}")
     pairs = []
     for n in range(1, args.pairs + 1):
         order = SIDES if n % 2 else SIDES[::-1]
