@@ -53,16 +53,6 @@ class Pair:
         return self.cold / self.ceiling
 
 
-def verdict(low: float, high: float, coverage: float, level: float = 0.95) -> str:
-    if coverage < level:
-        return f"too few pairs for a {level * 100:.0f} % interval"
-    if low >= GOAL:
-        return f"met (the interval is at or above {GOAL:.0%})"
-    if high < GOAL:
-        return f"not met (the interval is below {GOAL:.0%})"
-    return f"undecided (the interval holds {GOAL:.0%})"
-
-
 def databases() -> dict[str, str]:
     """Ours (warm and cold rounds share it: a table that keeps every earlier round's rows, as
     in throughput.py) and the ceiling's, fresh and migrated (setup)."""
@@ -121,23 +111,19 @@ def run(args: argparse.Namespace) -> list[Pair]:
 
 
 def summary_rows(pairs: list[Pair]) -> list[list[str]]:
-    rows = []
-    for label, ratios in (
-        ("warm / ceiling", [p.warm_ratio for p in pairs]),
-        ("cold / ceiling", [p.cold_ratio for p in pairs]),
-    ):
-        low, high, coverage = ep.median_interval(ratios)
-        rows.append(
-            [
-                label,
-                f"{statistics.median(ratios):.1%}",
-                f"{low:.1%} - {high:.1%} ({coverage:.1%})",
-                f"{min(ratios):.1%} - {max(ratios):.1%}",
-                f"{sum(r >= GOAL for r in ratios)} of {len(ratios)}",
-                verdict(low, high, coverage),
-            ]
+    return [
+        ep.ratio_row(
+            label,
+            ratios,
+            f"{sum(r >= GOAL for r in ratios)} of {len(ratios)}",
+            bar=GOAL,
+            words=("met", "not met", "undecided"),
         )
-    return rows
+        for label, ratios in (
+            ("warm / ceiling", [p.warm_ratio for p in pairs]),
+            ("cold / ceiling", [p.cold_ratio for p in pairs]),
+        )
+    ]
 
 
 def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:

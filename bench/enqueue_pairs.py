@@ -69,17 +69,51 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     return ordered[k - 1], ordered[n - k], 1 - 2 * tail
 
 
-def verdict(low: float, high: float, coverage: float, level: float = 0.95) -> str:
+# How a reading names the interval at or above the bar, below it, and across it.
+EQUAL_WORDS = ("ours at least equal", "ours slower", "level")
+
+
+def verdict(
+    low: float,
+    high: float,
+    coverage: float,
+    level: float = 0.95,
+    *,
+    bar: float = 1.0,
+    words: tuple[str, str, str] = EQUAL_WORDS,
+) -> str:
     if coverage < level:
         return (
             f"too few pairs for a {level * 100:.0f} % interval "
             f"(the range covers {coverage * 100:.0f} %)"
         )
-    if low >= 1:
-        return "ours at least equal (the interval is at or above 100 %)"
-    if high < 1:
-        return "ours slower (the interval is below 100 %)"
-    return "level: the interval holds 100 %"
+    at = f"{bar * 100:.0f} %"
+    if low >= bar:
+        return f"{words[0]} (the interval is at or above {at})"
+    if high < bar:
+        return f"{words[1]} (the interval is below {at})"
+    return f"{words[2]} (the interval holds {at})"
+
+
+def ratio_row(
+    label: str,
+    ratios: list[float],
+    counted: str,
+    *,
+    bar: float = 1.0,
+    words: tuple[str, str, str] = EQUAL_WORDS,
+) -> list[str]:
+    """One summary row of paired ratios: median, its interval, range, ``counted`` (how many
+    pairs passed, as the caller counts them) and the reading against ``bar``."""
+    low, high, coverage = median_interval(ratios)
+    return [
+        label,
+        f"{statistics.median(ratios):.1%}",
+        f"{low:.1%} - {high:.1%} ({coverage:.1%})",
+        f"{min(ratios):.1%} - {max(ratios):.1%}",
+        counted,
+        verdict(low, high, coverage, bar=bar, words=words),
+    ]
 
 
 def databases(backend: str) -> dict[str, str]:
@@ -148,24 +182,13 @@ def run(args: argparse.Namespace) -> list[Pair]:
 
 
 def summary_rows(pairs: list[Pair]) -> list[list[str]]:
-    rows = []
-    for label, ratios in (
-        ("ours / peer (history)", [p.vs_peer for p in pairs]),
-        ("ours / peer (fresh)", [p.vs_fresh for p in pairs]),
-    ):
-        wins = sum(r > 1 for r in ratios)
-        low, high, coverage = median_interval(ratios)
-        rows.append(
-            [
-                label,
-                f"{statistics.median(ratios):.1%}",
-                f"{low:.1%} - {high:.1%} ({coverage:.1%})",
-                f"{min(ratios):.1%} - {max(ratios):.1%}",
-                f"{wins} of {len(ratios)}",
-                verdict(low, high, coverage),
-            ]
+    return [
+        ratio_row(label, ratios, f"{sum(r > 1 for r in ratios)} of {len(ratios)}")
+        for label, ratios in (
+            ("ours / peer (history)", [p.vs_peer for p in pairs]),
+            ("ours / peer (fresh)", [p.vs_fresh for p in pairs]),
         )
-    return rows
+    ]
 
 
 def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
