@@ -6,6 +6,7 @@ model, the queryset, the admin and, last and strongest, by database triggers (mi
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
 
@@ -69,6 +70,23 @@ class EventType(models.TextChoices):
     RUN_REJECTED_WRITE = "RUN_REJECTED_WRITE"
 
 
+# The events every job writes on its way through (and every heartbeat): the bulk of the log,
+# about seven of every eight rows. The type index leaves them out (audit 0007): a filter on one
+# of them reads the newest events by id and keeps about one in seven, as quick for a page as
+# the index, while the types an operator hunts for (refusals, failures, approvals, operator
+# actions, runs) stay indexed however rare they are among millions of routine rows.
+ROUTINE_EVENT_TYPES = (
+    EventType.REQUESTED,
+    EventType.READY,
+    EventType.CLAIMED,
+    EventType.STARTED,
+    EventType.AUTHORIZED,
+    EventType.EXECUTED,
+    EventType.SUCCEEDED,
+    EventType.LEASE_RENEWED,
+)
+
+
 class EventIdField(models.BigAutoField):
     """The event id, without SQLite's AUTOINCREMENT (audit 0006).
 
@@ -98,6 +116,20 @@ class AuditEventQuerySet(models.QuerySet):
     def for_run(self, run_id: str) -> "AuditEventQuerySet":
         return self.filter(run_id=run_id).order_by("event_id")
 
+    def of_type(self, event_type: str) -> "AuditEventQuerySet":
+        """The events of one type. For a type the type index holds, the query also states the
+        index's condition: SQLite uses a partial index only when the WHERE clause repeats it
+        (PostgreSQL proves it from the equality, and the extra term costs it nothing)."""
+        matching = self.filter(event_type=event_type)
+        if event_type in ROUTINE_EVENT_TYPES:
+            return matching
+        # As literals: SQLite matches the condition to the index's only if its list is the
+        # index's list of constants, not bound parameters (the types are our own constants).
+        listed = ", ".join(f"'{t}'" for t in ROUTINE_EVENT_TYPES)
+        table = self.model._meta.db_table
+        not_routine = f'NOT ("{table}"."event_type" IN ({listed}))'
+        return matching.filter(RawSQL(not_routine, (), output_field=models.BooleanField()))
+
 
 class AuditEvent(models.Model):
     event_id = EventIdField(primary_key=True)
@@ -125,7 +157,12 @@ class AuditEvent(models.Model):
                 condition=Q(run_id__isnull=False),
                 name="audit_run_idx",
             ),
-            models.Index(fields=["event_type", "event_id"], name="audit_type_idx"),
+            # The types worth an index: every type but the routine ones (audit 0007).
+            models.Index(
+                fields=["event_type", "event_id"],
+                condition=~Q(event_type__in=ROUTINE_EVENT_TYPES),
+                name="audit_type_idx",
+            ),
             models.Index(fields=["actor", "event_id"], name="audit_actor_idx"),
             models.Index(fields=["created_at"], name="audit_created_idx"),
         ]

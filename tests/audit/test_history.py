@@ -229,7 +229,7 @@ def test_0006_keeps_every_event_its_id_and_the_triggers(proc_db) -> None:
     _assert_append_only(proc_db, before[-1][0])
     proc_db.extra_env.pop("AUDIT_ALLOW_ERASING_HISTORY")
 
-    proc_db.manage("migrate", "audit")
+    proc_db.manage("migrate", "audit", "0006_event_id_without_autoincrement")
     assert _applied(proc_db, "audit")[-1] == "0006_event_id_without_autoincrement"
     assert _events(proc_db) == before
     _assert_append_only(proc_db, before[-1][0])
@@ -238,3 +238,43 @@ def test_0006_keeps_every_event_its_id_and_the_triggers(proc_db) -> None:
     _seed_event(proc_db)
     ids = [row[0] for row in _events(proc_db)]
     assert ids == [*[row[0] for row in before], before[-1][0] + 1]
+
+
+# --- the type index without the routine events (audit 0007) ----------------------------------
+
+
+def _type_index(db: ProcDB) -> str:
+    if db.vendor == "postgresql":
+        return db.scalar("SELECT indexdef FROM pg_indexes WHERE indexname = 'audit_type_idx'")
+    return db.scalar("SELECT sql FROM sqlite_master WHERE name = 'audit_type_idx'")
+
+
+def test_0007_makes_the_type_index_partial_and_keeps_every_event(proc_db) -> None:
+    """Forward: the index leaves the routine types out, no event moves, the log stays
+    append-only. Backward (only with the setting): the full index is back."""
+    proc_db.extra_env["AUDIT_ALLOW_ERASING_HISTORY"] = "1"
+    proc_db.manage("migrate", "audit", "0006_event_id_without_autoincrement")
+    assert "WHERE" not in _type_index(proc_db).upper()
+    _seed_event(proc_db)
+    proc_db.python(
+        "from audit.events import record_event\n"
+        "for t in ('REQUESTED', 'CLAIMED', 'REJECTED'):\n"
+        "    record_event(event_type=t, actor='w', job_id='j-1', detail={})"
+    )
+    before = _events(proc_db)
+
+    proc_db.manage("migrate", "audit", "0007_type_index_without_routine_events")
+    partial = _type_index(proc_db)
+    assert "WHERE" in partial.upper() and "'CLAIMED'" in partial, partial
+    assert _events(proc_db) == before
+    _assert_append_only(proc_db, before[-1][0])
+    found = proc_db.python(
+        "from audit.models import AuditEvent\n"
+        "print([list(AuditEvent.objects.of_type(t).values_list('actor', flat=True))"
+        " for t in ('REJECTED', 'CLAIMED', 'OPERATOR_ACTION')])"
+    )
+    assert found.strip() == "[['w'], ['w'], ['op']]"
+
+    proc_db.manage("migrate", "audit", "0006_event_id_without_autoincrement")
+    assert "WHERE" not in _type_index(proc_db).upper()
+    assert _events(proc_db) == before
