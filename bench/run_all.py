@@ -8,6 +8,8 @@ runs are the scripts' own defaults (see bench/README.md); this runner only shrin
                 peer in interleaved pairs)
     sqlite_txn  --pairs 7 --jobs 200 (SQLite single-job enqueue: Django's BEGIN/COMMIT path
                 against the project's engine, interleaved)
+    sqlite_schema_ab --pairs 7 --jobs 200 --history 1000 (SQLite single-job enqueue with the
+                audit type index as before audit 0007 against the shipped schema, in pairs)
     ceiling_pairs --pairs 3 --jobs 2000 (PostgreSQL, K = 4: ours warm and cold against the
                 batched ceiling in interleaved pairs)
     console     --jobs 20000 --events 60000 (30 requests per page)
@@ -37,6 +39,7 @@ SMALL = {
     "throughput": ["--jobs", "400"],
     "enqueue_pairs": ["--pairs", "7", "--jobs", "300", "--history", "3000"],
     "sqlite_txn": ["--pairs", "7", "--jobs", "200"],
+    "sqlite_schema_ab": ["--pairs", "7", "--jobs", "200", "--history", "1000"],
     "ceiling_pairs": ["--pairs", "3", "--jobs", "2000"],
     "console": ["--jobs", "20000", "--events", "60000"],
     "memory": ["--jobs", "5000"],
