@@ -147,17 +147,7 @@ def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
             ],
         ),
         "",
-        bl.table(
-            [
-                "ratio",
-                "median of pairs",
-                "95 % interval of the median (its coverage)",
-                "range",
-                f"pairs at or above {GOAL:.0%}",
-                "reading",
-            ],
-            summary_rows(pairs),
-        ),
+        ep.ratio_table(summary_rows(pairs), f"pairs at or above {GOAL:.0%}"),
         "",
         "Medians of each side: "
         + ", ".join(

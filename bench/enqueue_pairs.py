@@ -116,6 +116,12 @@ def ratio_row(
     ]
 
 
+def ratio_table(rows: list[list[str]], counted: str) -> str:
+    """The summary table of ``ratio_row`` rows; ``counted`` names their fifth column."""
+    headers = ["ratio", "median of pairs", "95 % interval of the median (its coverage)", "range"]
+    return bl.table([*headers, counted, "reading"], rows)
+
+
 def databases(backend: str) -> dict[str, str]:
     """The three databases, fresh and migrated (setup)."""
     urls = {}
@@ -213,17 +219,7 @@ def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
             ],
         ),
         "",
-        bl.table(
-            [
-                "ratio",
-                "median of pairs",
-                "95 % interval of the median (its coverage)",
-                "range",
-                "pairs ours won",
-                "reading",
-            ],
-            summary_rows(pairs),
-        ),
+        ratio_table(summary_rows(pairs), "pairs ours won"),
         "",
         "Medians of each side: "
         + ", ".join(

@@ -140,16 +140,9 @@ def report(
             [[n, f"{s:,.0f}", f"{v:,.0f}", f"{v / s:.1%}"] for n, (s, v) in enumerate(pairs, 1)],
         ),
         "",
-        bl.table(
-            [
-                "ratio",
-                "median of pairs",
-                "95 % interval of the median (its coverage)",
-                "range",
-                "pairs the variant was faster",
-                "reading",
-            ],
+        ep.ratio_table(
             [ep.ratio_row("variant / shipped", ratios, faster, words=words)],
+            "pairs the variant was faster",
         ),
         "",
         f"Medians: shipped {statistics.median(s for s, _v in pairs):,.0f}/s, variant "
