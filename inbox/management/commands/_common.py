@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError, models
 
@@ -108,6 +109,15 @@ class ConsoleCommand(BaseCommand):
             if action.nargs != 0:  # flags (store_true, help, version) take no value
                 action.type = _guarded(action.type)
         return parser
+
+
+# The Django system checks a worker command runs before its loop (``requires_system_checks``):
+# the models' and the compatibility checks. A worker serves no URL, view, template or admin page,
+# and Django's full check imports the whole console to check them (its URL conf, views, tables
+# and API: about 0.1 s of CPU, most of a worker's start-up after Django's own) at every start
+# of every executor. The web server, ``manage.py check`` and CI check those; the worker's loop
+# then runs the checks that concern it, with the database (``inbox.checks.require_worker_checks``).
+WORKER_SYSTEM_CHECKS = [Tags.models, Tags.compatibility]
 
 
 def cli_actor(name: str | None) -> str:

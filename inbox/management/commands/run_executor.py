@@ -9,6 +9,7 @@ from django.core.management.base import CommandError
 from inbox.errors import ConfigurationError
 from inbox.executor import Executor
 from inbox.management.commands._common import (
+    WORKER_SYSTEM_CHECKS,
     ConsoleCommand,
     allow_bare_verbose,
     column,
@@ -18,6 +19,7 @@ from inbox.models import Job, Worker
 
 
 class Command(ConsoleCommand):
+    requires_system_checks = WORKER_SYSTEM_CHECKS
     help = (
         "Run an executor for one scope (save, delete, noop, a django.tasks queue of "
         "InboxTaskBackend such as default, or any registered scope): claim a "

@@ -12,7 +12,7 @@ from core import logs
 from inbox.checks import require_worker_checks
 from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError
-from inbox.management.commands._common import ConsoleCommand, column
+from inbox.management.commands._common import WORKER_SYSTEM_CHECKS, ConsoleCommand, column
 from runs.errors import ConsolidatorError, RunError
 from runs.models import Run
 from runs.transitions import DEFAULT_LEASE_SECONDS
@@ -30,6 +30,7 @@ def _positive_int(text: str) -> int:
 
 
 class Command(ConsoleCommand):
+    requires_system_checks = WORKER_SYSTEM_CHECKS
     help = (
         "Run the consolidator on one store: plan a run under a lease (taking over or closing any "
         "run already active there), serve its groups one by one, dispose each member (the "
