@@ -1689,7 +1689,8 @@ def claim_and_begin_jobs(
     Each moved job records CLAIMED, STARTED and AUTHORIZED (the executor's checks: schema and
     seal) — on PostgreSQL in the claiming statement itself. It runs in the caller's transaction
     with no savepoint of its own: ``authorize`` (the executor's checks of each claimed job,
-    before the commit) refusing a row, or a drifted seal, raises ``BatchRefused`` and the
+    before the commit, asked only of rows whose seal this statement's result has passed)
+    refusing a row, or a drifted seal, raises ``BatchRefused`` and the
     caller's rollback undoes the claim and its events (nothing is kept); the caller then claims
     step by step (``claim_next_jobs``, ``begin_jobs``), which refuses and records each row on
     its own. The intermediate CLAIMED state is never visible to anyone: with separate steps
