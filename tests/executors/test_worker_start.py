@@ -1,9 +1,9 @@
 """A worker command's start: the checks it runs, and the console it does not import.
 
-``run_executor`` and ``run_consolidator`` run Django's model and compatibility checks and their
-own worker checks with the database, not Django's URL, admin and template checks: those import
-the whole console (URL conf, views, tables, API), about 0.1 s of CPU at every start of every
-executor, for pages a worker never serves.
+``run_executor`` and ``run_consolidator`` run Django's model and compatibility checks, the runs
+settings' checks and their own worker checks with the database, not Django's URL, admin and
+template checks: those import the whole console (URL conf, views, tables, API), about 0.1 s of
+CPU at every start of every executor, for pages a worker never serves.
 """
 
 from __future__ import annotations
@@ -65,13 +65,20 @@ def test_a_full_system_check_still_imports_and_checks_the_console(proc_db: ProcD
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "env", "says"),
     [
-        ("run_executor", "--scope", "no-such-scope", "--exit-when-idle"),
-        ("run_consolidator", "--store", "", "--once"),
+        (("run_executor", "--scope", "no-such-scope"), {}, "unknown scope"),
+        (("run_executor", "--scope", "noop"), {"RUNS_STUCK_AFTER_SECONDS": "0"}, "runs.E002"),
+        (
+            ("run_consolidator", "--store", "vault", "--once"),
+            {"RUNS_CONSOLIDATOR": "runs.consolidators.Nope"},
+            "runs.E001",
+        ),
     ],
 )
-def test_a_worker_misconfigured_still_refuses_to_start(proc_db: ProcDB, args) -> None:
+def test_a_worker_misconfigured_still_refuses_to_start(proc_db: ProcDB, args, env, says) -> None:
+    proc_db.extra_env.update(env)
     proc = proc_db.manage(*args, check=False, timeout=120)
     assert proc.returncode != 0
-    assert proc.stderr.strip()
+    assert says in proc.stderr
+    assert proc_db.scalar("SELECT count(*) FROM inbox_worker") == 0

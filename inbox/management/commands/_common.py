@@ -111,13 +111,14 @@ class ConsoleCommand(BaseCommand):
         return parser
 
 
-# The Django system checks a worker command runs before its loop (``requires_system_checks``):
-# the models' and the compatibility checks. A worker serves no URL, view, template or admin page,
-# and Django's full check imports the whole console to check them (its URL conf, views, tables
-# and API: about 0.1 s of CPU, most of a worker's start-up after Django's own) at every start
-# of every executor. The web server, ``manage.py check`` and CI check those; the worker's loop
-# then runs the checks that concern it, with the database (``inbox.checks.require_worker_checks``).
-WORKER_SYSTEM_CHECKS = [Tags.models, Tags.compatibility]
+# The system checks a worker command runs before it starts (``requires_system_checks``): the
+# models', the compatibility and the runs settings' (``runs.checks``). A worker serves no URL,
+# view, template or admin page, and Django's full check imports the whole console to check them
+# (its URL conf, views, tables and API: about 0.1 s of CPU, most of a worker's start-up after
+# Django's own) at every start of every executor. The web server, ``manage.py check`` and CI
+# check those; the worker's loop then runs the checks that concern it, with the database
+# (``inbox.checks.require_worker_checks``).
+WORKER_SYSTEM_CHECKS = [Tags.models, Tags.compatibility, "runs"]
 
 
 def cli_actor(name: str | None) -> str:
