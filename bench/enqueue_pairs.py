@@ -242,12 +242,20 @@ def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
 def parse_args() -> argparse.Namespace:
     parser = bl.arg_parser(__doc__)
     parser.add_argument("--backend", choices=["sqlite", "pg"], default="sqlite")
-    parser.add_argument("--pairs", type=int, default=15, help="pairs of rounds (15)")
-    parser.add_argument("--jobs", type=int, default=2000, help="enqueues per round (2,000)")
-    parser.add_argument(
-        "--history", type=int, default=20_000, help="rows loaded into both kept tables (20,000)"
-    )
     parser.add_argument("--keep-dbs", action="store_true", help="keep the PostgreSQL databases")
+    return parse_pair_args(
+        parser, pairs=15, jobs=2000, history=20_000, history_is="rows loaded into both kept tables"
+    )
+
+
+def parse_pair_args(
+    parser: argparse.ArgumentParser, *, pairs: int, jobs: int, history: int, history_is: str
+) -> argparse.Namespace:
+    """The enqueue benchmarks' shared arguments (``--pairs``, ``--jobs``, ``--history``) added
+    with their defaults, the command line parsed, and those three checked."""
+    parser.add_argument("--pairs", type=int, default=pairs, help=f"pairs of rounds ({pairs})")
+    parser.add_argument("--jobs", type=int, default=jobs, help=f"enqueues per round ({jobs:,})")
+    parser.add_argument("--history", type=int, default=history, help=f"{history_is} ({history:,})")
     args = parser.parse_args()
     if args.pairs < 1 or args.jobs < 1 or args.history < 0:
         parser.error("--pairs and --jobs must be at least 1, --history at least 0")

@@ -154,13 +154,7 @@ def report(
 def parse_args() -> argparse.Namespace:
     parser = bl.arg_parser(__doc__)
     parser.add_argument("--variant", choices=sorted(VARIANTS), default="full-type-index")
-    parser.add_argument("--pairs", type=int, default=20, help="pairs of rounds (20)")
-    parser.add_argument("--jobs", type=int, default=600, help="enqueues per round (600)")
-    parser.add_argument("--history", type=int, default=3000, help="earlier jobs (3,000)")
-    args = parser.parse_args()
-    if args.pairs < 1 or args.jobs < 1 or args.history < 0:
-        parser.error("--pairs and --jobs must be at least 1, --history at least 0")
-    return args
+    return ep.parse_pair_args(parser, pairs=20, jobs=600, history=3000, history_is="earlier jobs")
 
 
 def main() -> None:
