@@ -6,8 +6,8 @@ database with --history earlier jobs, identical but for the variant, and rounds 
 ``create_job`` calls (one commit each, ``bench/ourside.py enqueue``, a process a round) taken
 in turns, the order reversed every other pair. It reports each pair's ratio (variant / shipped),
 the sign test's 95 % interval of the median ratio, and the WAL frames a commit of each (300
-enqueues with automatic checkpoints off). An A/A control (``--variant same``) shows the harness'
-own bias.
+enqueues with automatic checkpoints off), in all and by B-tree: which table or index the pages
+a commit writes belong to. An A/A control (``--variant same``) shows the harness' own bias.
 
   full-type-index   the audit type index holding every event, as before audit 0007
   no-time-indexes   without ``job_created_idx`` and ``job_updated_idx`` (the jobs list's
@@ -21,10 +21,12 @@ own bias.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sqlite3
 import statistics
 from pathlib import Path
+from typing import Any
 
 import benchlib as bl
 import enqueue_pairs as ep
@@ -40,9 +42,11 @@ VARIANTS = {
 }
 
 # Counts the WAL frames of N enqueues in one process: automatic checkpoints off, the WAL
-# emptied first, then the frame count a passive checkpoint reports.
+# emptied first, then the frame count a passive checkpoint reports; and which B-tree each frame
+# belongs to (the page number in each frame's header, looked up in SQLite's dbstat table while
+# the WAL is still there: closing the last connection folds it into the file).
 FRAMES = """
-import sys
+import json, struct, sys
 sys.path.insert(0, {bench!r})
 from ourside import noop_document  # sets the project up as the measured rounds do
 from django.db import connection
@@ -53,7 +57,16 @@ raw.execute("PRAGMA wal_autocheckpoint=0")
 raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 for i in range({n}):
     create_job(noop_document("frames", i), requested_by="bench")
-print(raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1] / {n})
+wal = open(connection.settings_dict["NAME"] + "-wal", "rb").read()
+size = struct.unpack(">I", wal[8:12])[0]
+pages = [struct.unpack(">I", wal[at:at + 4])[0] for at in range(32, len(wal) - size, 24 + size)]
+owner = dict(raw.execute("SELECT pageno, name FROM dbstat"))
+by_btree = {{}}
+for page in pages:
+    name = "page 1 (the header)" if page == 1 else owner.get(page, "(free list)")
+    by_btree[name] = by_btree.get(name, 0) + 1 / {n}
+total = raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1] / {n}
+print(json.dumps({{"total": total, "by_btree": by_btree}}))
 """
 
 
@@ -89,18 +102,21 @@ def _checkpoint(path: Path) -> None:
         con.close()
 
 
-def frames(url: str, n: int = 300) -> float:
-    """WAL frames a commit over ``n`` single-job enqueues, on a copy (the pairs' files stay)."""
+def frames(url: str, n: int = 300) -> dict[str, Any]:
+    """WAL frames a commit over ``n`` single-job enqueues, in all and by B-tree, on a copy (the
+    pairs' files stay)."""
     source = url.removeprefix("sqlite:///")
     copy = bl.VAR / "schema_ab_frames.sqlite3"
     bl.fresh_sqlite(copy)
     shutil.copyfile(source, copy)
     code = FRAMES.format(n=n, bench=str(bl.BENCH))
     out = bl.run([bl.PY, "-c", code], env=bl.django_env(bl.sqlite_url(copy)))
-    return float(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])
 
 
-def run(args: argparse.Namespace) -> tuple[list[tuple[float, float]], dict[str, float]]:
+def run(
+    args: argparse.Namespace,
+) -> tuple[list[tuple[float, float]], dict[str, dict[str, Any]]]:
     urls = prepare(args.variant, args.history)
     counted = {side: frames(url) for side, url in urls.items()}
     pairs = []
@@ -122,7 +138,9 @@ def run(args: argparse.Namespace) -> tuple[list[tuple[float, float]], dict[str, 
 
 
 def report(
-    pairs: list[tuple[float, float]], counted: dict[str, float], args: argparse.Namespace
+    pairs: list[tuple[float, float]],
+    counted: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
 ) -> list[str]:
     ratios = [variant / shipped for shipped, variant in pairs]
     faster = f"{sum(r > 1 for r in ratios)} of {len(ratios)}"
@@ -147,8 +165,24 @@ def report(
         "",
         f"Medians: shipped {statistics.median(s for s, _v in pairs):,.0f}/s, variant "
         f"{statistics.median(v for _s, v in pairs):,.0f}/s. WAL frames a commit (300 "
-        f"enqueues): shipped {counted['shipped']:.1f}, variant {counted['variant']:.1f}.",
+        f"enqueues): shipped {counted['shipped']['total']:.1f}, variant "
+        f"{counted['variant']['total']:.1f}.",
+        "",
+        "WAL frames a commit by B-tree (a table or an index; page 1, which also holds the "
+        "schema's root, is written when the file grows):",
+        "",
+        frames_table(counted),
     ]
+
+
+def frames_table(counted: dict[str, dict[str, Any]]) -> str:
+    """Each B-tree's frames a commit in the two copies, the most written first."""
+    shipped, variant = counted["shipped"]["by_btree"], counted["variant"]["by_btree"]
+    names = sorted({*shipped, *variant}, key=lambda n: (-shipped.get(n, 0), n))
+    rows = [[n, f"{shipped.get(n, 0):.2f}", f"{variant.get(n, 0):.2f}"] for n in names]
+    totals = [sum(shipped.values()), sum(variant.values())]
+    rows.append(["all", *(f"{t:.2f}" for t in totals)])
+    return bl.table(["B-tree", "shipped", "variant"], rows)
 
 
 def parse_args() -> argparse.Namespace:
