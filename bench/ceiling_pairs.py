@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import benchlib as bl
@@ -45,8 +46,8 @@ class Pair:
     ceiling: float
     warm: float
     cold: float
-    # CPU milliseconds a job of each side, its processes' and the server's together: a drain
-    # that keeps both cores busy runs at about the inverse of it.
+    # CPU milliseconds a job of the ceiling and the warm side, its processes' and the server's
+    # together: a drain that keeps both cores busy runs at about the inverse of it.
     cpu: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -113,7 +114,8 @@ def run(args: argparse.Namespace) -> list[Pair]:
             side: measure(urls, side, args.workers, args.jobs, f"cp-{n}-{side}") for side in order
         }
         rate = {side: got[side][0] for side in SIDES}
-        pair = Pair(rate["ceiling"], rate["warm"], rate["cold"], {s: got[s][1] for s in SIDES})
+        cpu = {side: got[side][1] for side in ("ceiling", "warm")}
+        pair = Pair(rate["ceiling"], rate["warm"], rate["cold"], cpu)
         pairs.append(pair)
         bl.say(
             f"  pair {n:2}: ceiling {pair.ceiling:7,.0f}  warm {pair.warm:7,.0f}  cold "
@@ -127,19 +129,17 @@ def run(args: argparse.Namespace) -> list[Pair]:
 
 
 def summary_rows(pairs: list[Pair]) -> list[list[str]]:
+    words = ("met", "not met", "undecided")
     return [
-        ep.ratio_row(
-            label,
-            ratios,
-            f"{sum(r >= GOAL for r in ratios)} of {len(ratios)}",
-            bar=GOAL,
-            words=("met", "not met", "undecided"),
-        )
-        for label, ratios in (
-            ("warm / ceiling", [p.warm_ratio for p in pairs]),
-            ("cold / ceiling", [p.cold_ratio for p in pairs]),
-        )
+        goal_row("warm / ceiling", [p.warm_ratio for p in pairs], words),
+        goal_row("cold / ceiling", [p.cold_ratio for p in pairs], words),
     ]
+
+
+def goal_row(label: str, ratios: list[float], words: tuple[str, str, str]) -> list[str]:
+    """A summary row read against the goal's bar, counting the pairs that reached it."""
+    reached = f"{sum(r >= GOAL for r in ratios)} of {len(ratios)}"
+    return ep.ratio_row(label, ratios, reached, bar=GOAL, words=words)
 
 
 def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
@@ -148,18 +148,13 @@ def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
         "Order within a pair: ceiling, warm, cold, reversed every other pair. Rates are span "
         "rates (jobs / (last completion − first claim)).",
         "",
-        bl.table(
-            ["pair", "ceiling /s", "warm /s", "cold /s", "warm / ceiling", "cold / ceiling"],
-            [
-                [
-                    n,
-                    f"{p.ceiling:,.0f}",
-                    f"{p.warm:,.0f}",
-                    f"{p.cold:,.0f}",
-                    f"{p.warm_ratio:.0%}",
-                    f"{p.cold_ratio:.0%}",
-                ]
-                for n, p in enumerate(pairs, 1)
+        pair_table(
+            pairs,
+            ["ceiling /s", "warm /s", "cold /s", "warm / ceiling", "cold / ceiling"],
+            lambda p: [
+                *(f"{getattr(p, side):,.0f}" for side in SIDES),
+                f"{p.warm_ratio:.0%}",
+                f"{p.cold_ratio:.0%}",
             ],
         ),
         "",
@@ -185,29 +180,33 @@ def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
         "that was neither side's CPU (the host's steal, waits). The cold rounds are left out: "
         "their CPU holds the executors' whole start-up, which their span only partly contains.",
         "",
-        bl.table(
-            ["pair", "ceiling ms", "warm ms", "warm / ceiling by CPU", "the same by rate"],
-            [
-                [
-                    n,
-                    f"{p.cpu['ceiling']:.3f}",
-                    f"{p.cpu['warm']:.3f}",
-                    f"{p.cpu_ratio('warm'):.0%}",
-                    f"{p.warm_ratio:.0%}",
-                ]
-                for n, p in enumerate(pairs, 1)
+        pair_table(
+            pairs,
+            ["ceiling ms", "warm ms", "warm / ceiling by CPU", "the same by rate"],
+            lambda p: [
+                f"{p.cpu['ceiling']:.3f}",
+                f"{p.cpu['warm']:.3f}",
+                f"{p.cpu_ratio('warm'):.0%}",
+                f"{p.warm_ratio:.0%}",
             ],
         ),
         "",
-        ep.ratio_table(cpu_rows(pairs), f"pairs at or above {GOAL:.0%}"),
+        ep.ratio_table(
+            [
+                goal_row(
+                    "warm / ceiling, by CPU a job",
+                    [p.cpu_ratio("warm") for p in pairs],
+                    ("at or above 60 %", "below 60 %", "undecided"),
+                )
+            ],
+            f"pairs at or above {GOAL:.0%}",
+        ),
     ]
 
 
-def cpu_rows(pairs: list[Pair]) -> list[list[str]]:
-    ratios = [p.cpu_ratio("warm") for p in pairs]
-    counted = f"{sum(r >= GOAL for r in ratios)} of {len(ratios)}"
-    words = ("at or above 60 %", "below 60 %", "undecided")
-    return [ep.ratio_row("warm / ceiling, by CPU a job", ratios, counted, bar=GOAL, words=words)]
+def pair_table(pairs: list[Pair], headers: list[str], cells: Callable[[Pair], list[str]]) -> str:
+    """One row a pair, numbered from 1: its ``cells`` under ``headers``."""
+    return bl.table(["pair", *headers], [[n, *cells(p)] for n, p in enumerate(pairs, 1)])
 
 
 def parse_args() -> argparse.Namespace:
