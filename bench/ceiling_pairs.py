@@ -19,7 +19,9 @@ reversed every other pair. The result gives each pair's ratios, their median, th
 95 % interval of that median, and the reading against the goal (≥ 60 % at K = 4), for warm and
 for cold; the conservative reading is the lower. Beside it, as a diagnostic, the warm ratio by
 CPU a job (each side's processes and PostgreSQL's): the drain is CPU-bound, so it says how much
-of the rate ratio the work a job explains, and how much is time the host took away.
+of the rate ratio the work a job explains, and how much is time the host took away. And for
+each cold round, how far into its span the last executor made its first claim: the part of the
+drain the cold executors' start-up overlapped.
 
     .venv/bin/python bench/ceiling_pairs.py                 # 15 pairs, N = 10,000, K = 4
     .venv/bin/python bench/ceiling_pairs.py --pairs 3 --jobs 2000
@@ -49,6 +51,9 @@ class Pair:
     # CPU milliseconds a job of the ceiling and the warm side, its processes' and the server's
     # together: a drain that keeps both cores busy runs at about the inverse of it.
     cpu: dict[str, float] = field(default_factory=dict)
+    # The cold round's span, and how far into it the last executor made its first claim.
+    cold_span_s: float = float("nan")
+    cold_joined_s: float = float("nan")
 
     @property
     def warm_ratio(self) -> float:
@@ -63,6 +68,11 @@ class Pair:
         CPU would read."""
         return self.cpu["ceiling"] / self.cpu[side]
 
+    @property
+    def cold_late(self) -> float:
+        """The share of the cold span that ran before all K executors were claiming."""
+        return self.cold_joined_s / self.cold_span_s
+
 
 def databases() -> dict[str, str]:
     """Ours (warm and cold rounds share it: a table that keeps every earlier round's rows, as
@@ -76,13 +86,11 @@ def databases() -> dict[str, str]:
     return urls
 
 
-def measure(
-    urls: dict[str, str], side: str, workers: int, jobs: int, mission: str
-) -> tuple[float, float]:
-    """One round of one side; its span rate (jobs a second) and its CPU milliseconds a job
-    (the workers' or pgbench's processes and PostgreSQL's, as throughput.py counts them: a
-    cold round's include the executors' start-up). A round that did not finish every job
-    stops the run: its rate would not be a drain's."""
+def measure(urls: dict[str, str], side: str, workers: int, jobs: int, mission: str) -> tp.Round:
+    """One round of one side: its span rate (jobs a second), its CPU milliseconds a job (the
+    workers' or pgbench's processes and PostgreSQL's, as throughput.py counts them: a cold
+    round's include the executors' start-up) and, for ours, when the last executor joined. A
+    round that did not finish every job stops the run: its rate would not be a drain's."""
     r = tp.Round(side, "pg", workers, 0, jobs)
     if side == "ceiling":
         # The load and the settling happen inside, outside the measured span.
@@ -97,7 +105,7 @@ def measure(
         )
     if r.done != r.jobs or r.note:
         raise SystemExit(f"{side} round {mission}: {r.done}/{r.jobs} done; {r.note or 'no note'}")
-    return r.span_rate, r.cpu_ms_per_job + r.server_cpu_ms_per_job
+    return r
 
 
 def run(args: argparse.Namespace) -> list[Pair]:
@@ -113,14 +121,18 @@ def run(args: argparse.Namespace) -> list[Pair]:
         got = {
             side: measure(urls, side, args.workers, args.jobs, f"cp-{n}-{side}") for side in order
         }
-        rate = {side: got[side][0] for side in SIDES}
-        cpu = {side: got[side][1] for side in ("ceiling", "warm")}
-        pair = Pair(rate["ceiling"], rate["warm"], rate["cold"], cpu)
+        cpu = {
+            side: got[side].cpu_ms_per_job + got[side].server_cpu_ms_per_job
+            for side in ("ceiling", "warm")
+        }
+        cold = got["cold"]
+        pair = Pair(*(got[side].span_rate for side in SIDES), cpu, cold.span_s, cold.joined_s)
         pairs.append(pair)
         bl.say(
             f"  pair {n:2}: ceiling {pair.ceiling:7,.0f}  warm {pair.warm:7,.0f}  cold "
             f"{pair.cold:7,.0f}  ratios {pair.warm_ratio:5.0%} / {pair.cold_ratio:5.0%}  "
-            f"warm by CPU {pair.cpu_ratio('warm'):5.0%}"
+            f"warm by CPU {pair.cpu_ratio('warm'):5.0%}  cold all claiming after "
+            f"{pair.cold_late:4.0%} of its span"
         )
     if not args.keep_dbs:
         for side in ("ours", "ceiling"):
@@ -201,7 +213,48 @@ def report(pairs: list[Pair], args: argparse.Namespace) -> list[str]:
             ],
             f"pairs at or above {GOAL:.0%}",
         ),
+        "",
+        "### When the cold executors joined (a diagnostic, not the goal)",
+        "",
+        "A cold round's span starts at its first claim, as soon as the first executor has "
+        "started; the others may still be starting, on the same two cores. Each cold round: "
+        "its span, how far into it the last of the K executors made its first claim (read from "
+        "the jobs' claims: each executor's earliest), that as a share of the span, and the "
+        "cold ratio. Until that moment fewer than K executors drain and the starting ones take "
+        "CPU from them.",
+        "",
+        pair_table(
+            pairs,
+            ["cold span ms", "last joined at ms", "share of the span", "cold / ceiling"],
+            lambda p: [
+                f"{p.cold_span_s * 1000:,.0f}",
+                f"{p.cold_joined_s * 1000:,.0f}",
+                f"{p.cold_late:.0%}",
+                f"{p.cold_ratio:.0%}",
+            ],
+        ),
+        "",
+        cold_start_summary(pairs),
     ]
+
+
+def cold_start_summary(pairs: list[Pair]) -> str:
+    """The median share of the span run before every cold executor claimed, and the cold
+    ratio's median in the pairs whose executors joined earliest against the latest."""
+    by_late = sorted(pairs, key=lambda p: p.cold_late)
+    half = len(by_late) // 2
+    text = (
+        "Median share of the cold span before all K executors claimed: "
+        f"{statistics.median(p.cold_late for p in pairs):.0%}."
+    )
+    if half:
+        early = statistics.median(p.cold_ratio for p in by_late[:half])
+        late = statistics.median(p.cold_ratio for p in by_late[-half:])
+        text += (
+            f" The cold ratio's median in the {half} pairs whose executors joined earliest: "
+            f"{early:.1%}; in the {half} whose executors joined latest: {late:.1%}."
+        )
+    return text
 
 
 def pair_table(pairs: list[Pair], headers: list[str], cells: Callable[[Pair], list[str]]) -> str:

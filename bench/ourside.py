@@ -8,7 +8,8 @@ process. Subcommands:
   one commit per job or one transaction for all.
 - ``load``: bulk-insert N READY NOOP jobs with their REQUESTED and READY events (setup for the
   drain rounds; the same rows ``create_job`` writes, without the per-job cost).
-- ``span``: read back a round from the database: first claim, last completion, audit events.
+- ``span``: read back a round from the database: first claim, last completion, audit events,
+  and when the last of its executors made its first claim.
 - ``work``: the fallback drain loop (claim_next_jobs → begin_job → complete_job in one process),
   used only when ``manage.py run_executor`` is not available; results say so.
 - ``tasks-enqueue``, ``tasks-load``, ``tasks-span``: the same for N no-op tasks through
@@ -135,11 +136,22 @@ def span(mission: str) -> dict[str, Any]:
         .values_list("event_type", "c")
     )
     seconds = (agg["last"] - agg["first"]).total_seconds() if agg["n"] else float("nan")
+    # Each executor's first claim of the round: the last of them is when every executor was
+    # draining (a cold round's start-up shows here; a job keeps its claimer's id).
+    firsts = (
+        jobs.filter(state=JobState.SUCCEEDED)
+        .values("worker_id")
+        .annotate(first=Min("claimed_at"))
+        .values_list("first", flat=True)
+    )
+    joined = (max(firsts) - agg["first"]).total_seconds() if agg["n"] else float("nan")
     return {
         "succeeded": agg["n"],
         "states": states,
         "span_s": seconds,
         "events": by_type,
+        "claimers": len(firsts),
+        "joined_s": joined,
     }
 
 

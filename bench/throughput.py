@@ -66,6 +66,9 @@ class Round:
     commits_per_job: float = float("nan")
     cpu_s: float = float("nan")  # the workers' own CPU (user + system), start-up excluded
     server_cpu_s: float = float("nan")  # PostgreSQL's processes over the round (PG only)
+    # Ours: how far into the span the last of the K executors made its first claim (0 when
+    # they all claimed from the start; a cold round's start-up shows here).
+    joined_s: float = float("nan")
 
     @property
     def cpu_ms_per_job(self) -> float:
@@ -203,8 +206,17 @@ def drain_ours(
     else:
         s = ours_json(url, "span", "--mission", mission)
     r.done, r.span_s, r.events = s["succeeded"], s["span_s"], s["events"]
+    r.joined_s = _joined(s, r)
     if r.done != r.jobs:
         r.note = (r.note + "; " if r.note else "") + f"only {r.done}/{r.jobs} succeeded"
+
+
+def _joined(span: dict[str, Any], r: Round) -> float:
+    """How far into the span the last executor made its first claim; the whole span when one
+    of the K never claimed (it was still starting when the drain ended)."""
+    if span.get("claimers", 0) < r.workers:
+        return r.span_s
+    return span.get("joined_s", float("nan"))
 
 
 class _Reader:
@@ -353,6 +365,7 @@ def drain_ours_warm(
         bl.run([bl.PY, bl.MANAGE, "resume", "noop", "--reason", "bench: round over"], env=env)
     s = ours_json(url, "span", "--mission", mission)
     r.done, r.span_s, r.events = s["succeeded"], s["span_s"], s["events"]
+    r.joined_s = _joined(s, r)
     r.note = note
     if r.done != r.jobs:
         r.note = (r.note + "; " if r.note else "") + f"only {r.done}/{r.jobs} succeeded"
