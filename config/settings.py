@@ -7,6 +7,7 @@ another SQLite file.
 """
 
 import datetime as dt
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -322,8 +323,13 @@ METRICS_EXACT_COUNT_CAP = int(os.environ.get("METRICS_EXACT_COUNT_CAP", "1000"))
 # POST /api/v1/jobs: most documents in one list, and the largest body accepted (413 beyond).
 API_MAX_JOBS_PER_REQUEST = int(os.environ.get("API_MAX_JOBS_PER_REQUEST", "1000"))
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", str(16 * 1024 * 1024)))
-# The producer API's browsable docs render ninja's own template and static Swagger UI files.
-INSTALLED_APPS += ["ninja"]
+# The producer API's browsable docs render django-ninja's own template and static Swagger UI
+# files (``console.api.LocalSwagger``). Its folders are listed here rather than ninja being an
+# installed app: an app is imported at app population, in every worker and command too, and
+# ninja brings pydantic (a fifth of an executor's start-up). ``find_spec`` does not import it.
+_NINJA_DIR = Path(importlib.util.find_spec("ninja").origin).parent
+TEMPLATES[0]["DIRS"].append(_NINJA_DIR / "templates")
+STATICFILES_DIRS.append(_NINJA_DIR / "static")
 # LOG_FORMAT=json: one JSON object a line (worker, job and claim ids where they apply) for the
 # web server, the workers and the commands; anything else keeps the plain format.
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "plain").strip().lower()

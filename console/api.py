@@ -27,6 +27,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.urls import URLPattern, URLResolver, reverse
 from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError
@@ -93,6 +94,26 @@ class ConsoleSession(APIKeyCookie):
         return Caller(user.get_username(), "session", user)
 
 
+class LocalSwagger(Swagger):
+    """The Swagger UI page from the project's own static files, rendered by Django's template
+    engine. django-ninja does that only when it is an installed app, and links a CDN
+    otherwise; it is not one here, so that a worker, a management command or a test process
+    does not import it (and pydantic) at app population: that was a fifth of an executor's
+    start-up. Its template and static folders are in ``TEMPLATES`` and ``STATICFILES_DIRS``
+    instead (``config.settings``)."""
+
+    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        context = {
+            "swagger_settings": json.dumps(self.settings, indent=1),
+            "api": api,
+            # The page sends the CSRF token when an authentication asks for it (a console
+            # session's POST: ``ConsoleSession``).
+            "add_csrf": any(getattr(auth, "csrf", False) for auth in api.auth or ()),
+        }
+        return render(request, self.template, context)
+
+
 api = NinjaAPI(
     title="Job & Run Console — producer API",
     version="1",
@@ -102,7 +123,7 @@ api = NinjaAPI(
     ),
     urls_namespace="console:api",
     auth=[ProducerToken(), ConsoleSession()],
-    docs=Swagger(settings={"persistAuthorization": False}),
+    docs=LocalSwagger(settings={"persistAuthorization": False}),
     docs_url="/docs",
     openapi_url="/openapi.json",
 )

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.contrib.staticfiles import finders
 from django.test import Client
 from django.urls import reverse
 
@@ -314,6 +315,11 @@ def test_docs_page_uses_local_static_files_only(client: Client) -> None:
     html = response.content.decode()
     assert "swagger-ui-bundle.js" in html
     assert "https://" not in html  # no CDN: the console runs without the internet
+    # django-ninja is not an installed app: its files are found through the project's settings.
+    for name in ("ninja/swagger-ui-bundle.js", "ninja/swagger-ui-init.js", "ninja/swagger-ui.css"):
+        assert f"/static/{name}" in html
+        assert finders.find(name), name
+    assert 'data-api-csrf="true"' in html  # a session's POST from the page sends the token
 
 
 # --- route policies -----------------------------------------------------------------------------
