@@ -250,9 +250,10 @@ def cold_start_summary(pairs: list[Pair]) -> str:
     if half:
         early = statistics.median(p.cold_ratio for p in by_late[:half])
         late = statistics.median(p.cold_ratio for p in by_late[-half:])
+        pairs_word = f"{half} pairs" if half > 1 else "pair"
         text += (
-            f" The cold ratio's median in the {half} pairs whose executors joined earliest: "
-            f"{early:.1%}; in the {half} whose executors joined latest: {late:.1%}."
+            f" The cold ratio's median in the {pairs_word} whose executors joined earliest: "
+            f"{early:.1%}; in the {pairs_word} whose executors joined latest: {late:.1%}."
         )
     return text
 
