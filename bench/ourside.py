@@ -123,9 +123,8 @@ def load(n: int, mission: str, batch: int = 2000) -> dict[str, Any]:
 
 def span(mission: str) -> dict[str, Any]:
     jobs = Job.objects.filter(mission_id=mission)
-    agg = jobs.filter(state=JobState.SUCCEEDED).aggregate(
-        n=Count("job_id"), first=Min("claimed_at"), last=Max("updated_at")
-    )
+    succeeded = jobs.filter(state=JobState.SUCCEEDED)
+    agg = succeeded.aggregate(n=Count("job_id"), first=Min("claimed_at"), last=Max("updated_at"))
     states = dict(jobs.values_list("state").annotate(c=Count("job_id")).values_list("state", "c"))
     # Events of this round's jobs, by type (the audit trail each job got).
     prefix = f"{mission}-"
@@ -138,9 +137,8 @@ def span(mission: str) -> dict[str, Any]:
     seconds = (agg["last"] - agg["first"]).total_seconds() if agg["n"] else float("nan")
     # Each executor's first claim of the round: the last of them is when every executor was
     # draining (a cold round's start-up shows here; a job keeps its claimer's id).
-    firsts = (
-        jobs.filter(state=JobState.SUCCEEDED)
-        .values("worker_id")
+    firsts = list(
+        succeeded.values("worker_id")
         .annotate(first=Min("claimed_at"))
         .values_list("first", flat=True)
     )
