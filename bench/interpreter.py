@@ -78,19 +78,23 @@ def main() -> None:
         return
     first = None
     for python in args.interpreters or [sys.executable]:
-        version = subprocess.run(
-            [python, "-c", "import sys; print(sys.version.split()[0])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        ms = float(
-            subprocess.run(
-                [python, __file__, "--child"], capture_output=True, text=True, check=True
-            ).stdout
-        )
+        try:
+            version, ms = _measure(python)
+        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+            raise SystemExit(f"{python}: could not run the workload ({exc})") from None
         first = first or ms
         print(f"{python} (Python {version}): {ms:,.0f} ms, {ms / first:.2f} of the first")
+
+
+def _measure(python: str) -> tuple[str, float]:
+    """(version, best CPU ms) of ``python``, each read from a child process of its own."""
+
+    def run(*argv: str) -> str:
+        done = subprocess.run([python, *argv], capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    version = run("-c", "import sys; print(sys.version.split()[0])")
+    return version, float(run(__file__, "--child"))
 
 
 if __name__ == "__main__":
