@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(f"{best_cpu_ms():.1f}")
+        print(sys.version.split()[0], f"{best_cpu_ms():.1f}")
         return
     first = None
     for python in args.interpreters or [sys.executable]:
@@ -87,14 +87,10 @@ def main() -> None:
 
 
 def _measure(python: str) -> tuple[str, float]:
-    """(version, best CPU ms) of ``python``, each read from a child process of its own."""
-
-    def run(*argv: str) -> str:
-        done = subprocess.run([python, *argv], capture_output=True, text=True, check=True)
-        return done.stdout.strip()
-
-    version = run("-c", "import sys; print(sys.version.split()[0])")
-    return version, float(run(__file__, "--child"))
+    """(version, best CPU ms) of ``python``, read from one child process."""
+    done = subprocess.run([python, __file__, "--child"], capture_output=True, text=True, check=True)
+    version, ms = done.stdout.split()
+    return version, float(ms)
 
 
 if __name__ == "__main__":
