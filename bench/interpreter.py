@@ -25,6 +25,8 @@ from typing import Any
 
 ROWS = 20_000
 REPEATS = 7
+# Seven passes take a few seconds even on a slow build; a child that runs this long is stuck.
+CHILD_TIMEOUT = 300.0
 
 
 @dataclasses.dataclass
@@ -80,7 +82,7 @@ def main() -> None:
     for python in args.interpreters or [sys.executable]:
         try:
             version, ms = _measure(python)
-        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
             raise SystemExit(f"{python}: could not run the workload ({exc})") from None
         first = first or ms
         print(f"{python} (Python {version}): {ms:,.0f} ms, {ms / first:.2f} of the first")
@@ -88,7 +90,13 @@ def main() -> None:
 
 def _measure(python: str) -> tuple[str, float]:
     """(version, best CPU ms) of ``python``, read from one child process."""
-    done = subprocess.run([python, __file__, "--child"], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [python, __file__, "--child"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=CHILD_TIMEOUT,
+    )
     version, ms = done.stdout.split()
     return version, float(ms)
 
