@@ -7,6 +7,7 @@ follows the suite's ``DATABASE_URL``. The measured figures are printed and writt
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections import Counter
@@ -16,6 +17,9 @@ import pytest
 
 from inbox import transitions
 from inbox.models import Job, JobState
+from inbox.writer import claims, engine
+from inbox.writer.events import claim_events
+from inbox.writer.values import Move
 from tests.concurrency.procs import run_fleet
 from tests.factories import make_job
 
@@ -106,16 +110,16 @@ def test_claim_rows_from_a_stale_candidate_list_never_reclaims_a_held_job():
     first = transitions.claim_job(job.job_id, worker_id="w-first", lease_seconds=60)
     now = transitions.db_now()
     # The claim's own UPDATE (the one guarded writer), fed the stale candidate ids.
-    claimed = transitions._move(
-        [transitions.Held(j.job_id) for j in stale_candidates],
-        to=JobState.CLAIMED,
-        allowed=[JobState.READY],
-        actor="w-second",
-        values=transitions._claim_values(
-            "w-second", now, now + transitions.dt.timedelta(seconds=60)
-        ),
-        events=transitions._claim_events("w-second"),
-        at=now,
+    claimed = engine.run(
+        Move(
+            [transitions.Held(j.job_id) for j in stale_candidates],
+            to=JobState.CLAIMED,
+            allowed=[JobState.READY],
+            actor="w-second",
+            values=claims._claim_values("w-second", now, now + dt.timedelta(seconds=60)),
+            events=claim_events("w-second"),
+            at=now,
+        )
     ).jobs
     assert claimed == []
     stored = Job.objects.get(job_id=job.job_id)

@@ -16,6 +16,8 @@ from django.db import connection, transaction
 
 from inbox import transitions
 from inbox.models import JobState
+from inbox.writer.sql import pick_sql
+from inbox.writer.values import DbClock
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +43,7 @@ def test_claim_takes_the_claim_order_index_when_every_row_looks_ready():
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE inbox_job")  # every row READY, every row of scope noop
     pick = transitions.Pick("noop", 10, unless_paused=True)
-    sql, params = transitions._pick_sql(pick, transitions._DbClock(), [])
+    sql, params = pick_sql(pick, DbClock(), [])
     assert params == []  # nothing a plan could depend on
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")  # a 60-row table would be scanned

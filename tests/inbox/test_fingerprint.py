@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from audit.models import AuditEvent, EventType
 from inbox import transitions
 from inbox.errors import ImmutableFieldDrift
+from inbox.jobtypes import IMMUTABLE_PAYLOAD_FIELDS
 from inbox.models import Job, JobState
 from tests.factories import OPERATOR, make_job
 
@@ -168,7 +169,7 @@ def test_equal_values_of_other_json_types_seal_differently():
     seals = []
     for value in ("1", 1, 1.0, True, "1", True, 1):
         payload = {"expected_commit": value}
-        canonical = {**columns, **dict.fromkeys(transitions.IMMUTABLE_PAYLOAD_FIELDS)}
+        canonical = {**columns, **dict.fromkeys(IMMUTABLE_PAYLOAD_FIELDS)}
         canonical["expected_commit"] = value
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         expected = hashlib.sha256(text.encode("utf-8")).hexdigest()

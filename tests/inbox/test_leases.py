@@ -16,6 +16,7 @@ from audit.models import AuditEvent, EventType
 from inbox import transitions
 from inbox.errors import LostClaim
 from inbox.models import Job, JobState
+from inbox.writer import recovery
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db
@@ -263,8 +264,8 @@ def test_recover_report_counts_match_what_moved():
 def test_recover_batches_shrink_when_transactions_run_long_and_still_finish(monkeypatch):
     # Every transaction counts as too long: the batches go 4, 2, 1, 1, … and the sweep must
     # still move every lapsed job (it stops only on a batch shorter than the current size).
-    monkeypatch.setattr(transitions, "SWEEP_TRANSACTION_SECONDS", 0.0)
-    monkeypatch.setattr(transitions, "_SWEEP_MIN_BATCH", 1)
+    monkeypatch.setattr(recovery, "SWEEP_TRANSACTION_SECONDS", 0.0)
+    monkeypatch.setattr(recovery, "_SWEEP_MIN_BATCH", 1)
     ids = _mixed_lapsed_pool()
     at = T0 + dt.timedelta(seconds=LEASE + 1)
     report = transitions.recover_stale_claims_report(at=at, batch=4)
@@ -275,12 +276,12 @@ def test_recover_batches_shrink_when_transactions_run_long_and_still_finish(monk
 
 def test_sweep_batch_follows_the_transaction_time():
     aim = transitions.SWEEP_TRANSACTION_SECONDS
-    assert transitions._next_sweep_batch(400, aim * 3, 1000) == 200
-    assert transitions._next_sweep_batch(400, aim / 4, 1000) == 800
-    assert transitions._next_sweep_batch(800, aim / 4, 1000) == 1000
-    assert transitions._next_sweep_batch(400, aim * 0.75, 1000) == 400
-    assert transitions._next_sweep_batch(10, aim * 3, 1000) == 10  # the floor
-    assert transitions._next_sweep_batch(4, aim * 3, 4) == 4  # a floor above the cap: the cap
+    assert recovery._next_sweep_batch(400, aim * 3, 1000) == 200
+    assert recovery._next_sweep_batch(400, aim / 4, 1000) == 800
+    assert recovery._next_sweep_batch(800, aim / 4, 1000) == 1000
+    assert recovery._next_sweep_batch(400, aim * 0.75, 1000) == 400
+    assert recovery._next_sweep_batch(10, aim * 3, 1000) == 10  # the floor
+    assert recovery._next_sweep_batch(4, aim * 3, 4) == 4  # a floor above the cap: the cap
 
 
 # --- one clock: the database's ----------------------------------------------------------------

@@ -16,6 +16,7 @@ from inbox import scopes, transitions
 from inbox.executor import Executor
 from inbox.models import Job, JobState
 from inbox.transitions import BatchRefused, Outcome
+from inbox.writer.events import outcome_events
 from tests.factories import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -266,7 +267,7 @@ def test_outcome_events_are_what_python_builds(to, code, error, turn):
     expected = {
         o.job.job_id: [
             (str(e.event_type), e.actor, e.result_code, e.detail)
-            for e in transitions._outcome_events(WORKER, {o.job.job_id: o})(o.job, None, T_ANY)
+            for e in outcome_events(WORKER, {o.job.job_id: o})(o.job, None, T_ANY)
         ]
         for o in outcomes
     }
@@ -309,7 +310,9 @@ def test_job_of_matches_the_orm() -> None:
     the instances the ORM would build, and nothing may listen for Job's init signals."""
     from django.db.models import signals
 
-    from inbox.transitions import _COLUMNS, _job_of, _rows_from
+    from inbox.writer.rows import COLUMNS as _COLUMNS
+    from inbox.writer.rows import job_of as _job_of
+    from inbox.writer.rows import rows_from as _rows_from
 
     assert not signals.pre_init.has_listeners(Job)
     assert not signals.post_init.has_listeners(Job)
@@ -331,7 +334,7 @@ def test_job_of_matches_the_orm() -> None:
 def test_new_job_matches_the_orm() -> None:
     """``build_job`` makes its unsaved Job without ``Model.__init__``; it must be the instance
     ``Job(**values)`` makes — every default, an unsaved state — and save like one."""
-    from inbox.transitions import _new_job
+    from inbox.writer.rows import new_job as _new_job
 
     values = {
         "job_id": "new-job-1",

@@ -1,0 +1,1 @@
+"""The job writer's engine; callers import ``inbox.transitions``."""

@@ -1,0 +1,329 @@
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from django.db import connection, transaction
+
+from core.clock import db_now
+from inbox.errors import InvalidTransition
+from inbox.jobtypes import registry
+from inbox.models import Job
+from inbox.writer.claims import claim_and_begin_move
+from inbox.writer.engine import run, run_moves
+from inbox.writer.events import FINISH_EVENT, outcome_events, outcome_pairs
+from inbox.writer.rows import lock_jobs
+from inbox.writer.values import (
+    CLEARED_CLAIM,
+    BatchDrift,
+    Held,
+    Move,
+    Moved,
+    Outcome,
+    S,
+    undone_batch,
+)
+
+
+def finish_and_claim_jobs(
+    outcomes: Sequence[Outcome],
+    *,
+    scope: str,
+    worker_id: str,
+    lease_seconds: int,
+    limit: int,
+    authorize: Callable[[Job], bool],
+    at: dt.datetime | None = None,
+) -> tuple[Moved, list[Job]]:
+    """The executor's turn as one write: its ``outcomes`` recorded (``finish_jobs``) and the
+    next batch claimed and begun (``claim_and_begin_jobs``), in the caller's transaction with
+    no savepoint of its own; refusals raise ``BatchRefused`` as there.
+
+    On PostgreSQL, outcomes that are all one final state and code (the usual turn: every job
+    SUCCEEDED) and the claim are one statement — one round trip for the whole turn; other
+    outcomes (a retry, a mix) are recorded first, then the claim is made.
+    """
+    claim = claim_and_begin_move(scope, worker_id, lease_seconds, limit, authorize, at)
+    if not outcomes:
+        return Moved(), run_moves([claim])[0].jobs
+    groups = _outcome_groups(outcomes)
+    to, result_code, error, _retry_in = next(iter(groups))
+    if connection.vendor != "postgresql" or len(groups) > 1 or to == S.READY:
+        finished = finish_jobs(outcomes, actor=worker_id, savepoint=False, at=at)
+        return finished, run_moves([claim])[0].jobs
+    values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
+    if error:
+        values["last_error"] = error
+    by_id = {o.job.job_id: o for o in outcomes}
+    finishing = Move(
+        [Held.of(o.job) for o in outcomes],
+        to,
+        (S.EXECUTING,),
+        worker_id,
+        outcome_events(worker_id, by_id),
+        values=values,
+        fence="holder",
+        fail_closed=True,
+        savepoint=False,
+        events_ahead=True,
+        full=False,
+        at=at,
+        paired=outcome_pairs(worker_id, to, by_id),
+    )
+    finished, claimed = run_moves([finishing, claim])
+    return finished, claimed.jobs
+
+
+def _finish(
+    outcomes: Sequence[Outcome],
+    *,
+    actor: str,
+    fail_closed: bool,
+    full: bool,
+    held: Callable[[Outcome], Held],
+    at: dt.datetime | None,
+    savepoint: bool = True,
+) -> Moved:
+    groups = _outcome_groups(outcomes)
+    by_id = {o.job.job_id: o for o in outcomes}
+    result = Moved()
+    # One UPDATE per distinct outcome, usually one; several share one transaction and clock.
+    several = len(groups) > 1
+    with transaction.atomic(savepoint=savepoint) if several else contextlib.nullcontext():
+        now = db_now(at) if several else at
+        parts: dict[str, Moved] = {}
+        for (to, result_code, error, retry_in), group in groups.items():
+            values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
+            if error:
+                values["last_error"] = error
+            retry = _retry_guard(group, values, retry_in) if to == S.READY else {}
+            if to != S.READY:
+                retry["paired"] = outcome_pairs(actor, to, by_id)
+            part = run(
+                Move(
+                    [held(o) for o in group],
+                    to=to,
+                    allowed=[S.EXECUTING],
+                    actor=actor,
+                    values=retry.pop("values", values),
+                    events=outcome_events(actor, by_id),
+                    fence="holder",
+                    fail_closed=fail_closed,
+                    savepoint=savepoint,
+                    events_ahead=True,
+                    full=full,
+                    at=now,
+                    **retry,
+                )
+            )
+            for job in part.jobs:
+                parts[job.job_id] = part
+            result.refused.update(part.refused)
+    for o in outcomes:
+        job_id = o.job.job_id
+        if job_id in parts:
+            result.add(job_id)
+            result.jobs.extend(j for j in parts[job_id].jobs if j.job_id == job_id)
+    return result
+
+
+def _outcome_groups(
+    outcomes: Sequence[Outcome],
+) -> dict[tuple[str, str, str, float | None], list[Outcome]]:
+    """The outcomes by what their UPDATE assigns (one UPDATE each), checked."""
+    groups: dict[tuple[str, str, str, float | None], list[Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.to not in FINISH_EVENT or (outcome.to == S.READY) != (
+            outcome.retry_in is not None
+        ):
+            raise ValueError(f"not an outcome state: {outcome.to} (retry_in={outcome.retry_in})")
+        if outcome.retry_in is not None and not 0 <= outcome.retry_in < 10**7:
+            raise ValueError(f"retry_in must be from 0 to 10^7 seconds, got {outcome.retry_in}")
+        key = (outcome.to, outcome.result_code, outcome.error, outcome.retry_in)
+        groups.setdefault(key, []).append(outcome)
+    return groups
+
+
+def _retry_guard(
+    group: Sequence[Outcome], values: dict[str, Any], retry_in: float | None
+) -> dict[str, Any]:
+    """What a retry's ``_move`` adds: the claim cleared, ``run_after`` from the database clock,
+    and the guard that only an idempotent type is ever sent back (DESIGN §1.3: a
+    non-idempotent job is never retried blindly), checked on the rows read under lock."""
+    delay = dt.timedelta(seconds=retry_in or 0.0)
+    ids = [o.job.job_id for o in group]
+
+    def check(job: Job, _now: dt.datetime) -> None:
+        job_type = registry().get(job.job_type)
+        if job_type is None or not job_type.idempotent:
+            raise InvalidTransition(
+                job.job_id, job.state, S.READY, "a non-idempotent job is never retried blindly"
+            )
+
+    return {
+        "values": lambda now: {**values, **CLEARED_CLAIM, "run_after": now + delay},
+        "prior": lambda: lock_jobs(ids),
+        "check": check,
+    }
+
+
+def finish_jobs(
+    outcomes: Sequence[Outcome],
+    *,
+    actor: str,
+    savepoint: bool = True,
+    at: dt.datetime | None = None,
+) -> Moved:
+    """EXECUTING → SUCCEEDED / FAILED / OUTCOME_UNKNOWN for a holder's batch, each outcome
+    committed with its EXECUTED event (one UPDATE per distinct outcome, usually one); an
+    outcome to READY with ``retry_in`` is a retry (see ``schedule_retry``).
+
+    Fail closed like ``begin_jobs``; the copies in the outcomes are updated in place. With
+    ``savepoint=False`` it runs in the caller's transaction with no savepoint of its own and
+    a drift raises ``BatchRefused`` out of it (the caller's rollback undoes the batch).
+    """
+    try:
+        return _finish(
+            outcomes,
+            actor=actor,
+            fail_closed=len(outcomes) > 1 or not savepoint,
+            full=False,
+            held=lambda o: Held.of(o.job),
+            at=at,
+            savepoint=savepoint,
+        )
+    except BatchDrift as exc:
+        if not savepoint:
+            raise
+        return undone_batch([o.job for o in outcomes], exc)
+
+
+def _finish_one(
+    job_id: str,
+    *,
+    to: str,
+    claim_id: str,
+    actor: str,
+    result_code: str,
+    error: str = "",
+    detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
+    retry_in: float | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    stub = Job(job_id=job_id, claim_id=claim_id)
+    outcome = Outcome(stub, to, result_code, error, executed_detail, detail, retry_in)
+    return _finish(
+        [outcome],
+        actor=actor,
+        fail_closed=False,
+        full=True,
+        held=lambda o: Held(o.job.job_id, o.job.claim_id),
+        at=at,
+    ).one()
+
+
+def complete_job(
+    job_id: str,
+    *,
+    claim_id: str,
+    actor: str,
+    result_code: str = "OK",
+    detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    """EXECUTING → SUCCEEDED (with ``executed_detail``: and EXECUTED, in one transaction)."""
+    return _finish_one(
+        job_id,
+        to=S.SUCCEEDED,
+        claim_id=claim_id,
+        actor=actor,
+        result_code=result_code,
+        detail=detail,
+        executed_detail=executed_detail,
+        at=at,
+    )
+
+
+def fail_job(
+    job_id: str,
+    *,
+    claim_id: str,
+    actor: str,
+    result_code: str,
+    error: str = "",
+    detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    """EXECUTING → FAILED: the mutation certainly did not happen."""
+    return _finish_one(
+        job_id,
+        to=S.FAILED,
+        claim_id=claim_id,
+        actor=actor,
+        result_code=result_code,
+        error=error,
+        detail=detail,
+        executed_detail=executed_detail,
+        at=at,
+    )
+
+
+def mark_outcome_unknown(
+    job_id: str,
+    *,
+    claim_id: str,
+    actor: str,
+    result_code: str = "UNKNOWN",
+    error: str = "",
+    detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    """EXECUTING → OUTCOME_UNKNOWN: the handler could not tell whether the mutation happened."""
+    return _finish_one(
+        job_id,
+        to=S.OUTCOME_UNKNOWN,
+        claim_id=claim_id,
+        actor=actor,
+        result_code=result_code,
+        error=error,
+        detail=detail,
+        executed_detail=executed_detail,
+        at=at,
+    )
+
+
+def schedule_retry(
+    job_id: str,
+    *,
+    claim_id: str,
+    actor: str,
+    retry_in: float,
+    result_code: str,
+    error: str = "",
+    detail: Mapping[str, Any] | None = None,
+    executed_detail: Mapping[str, Any] | None = None,
+    at: dt.datetime | None = None,
+) -> Job:
+    """EXECUTING → READY: a failed attempt of an idempotent job with a retry left goes back to
+    the queue and is not claimed before the database time plus ``retry_in`` seconds
+    (``run_after``). The attempt stays counted; RETRY_SCHEDULED records it (with EXECUTED when
+    ``executed_detail`` is given). A non-idempotent job is refused: it is never retried blindly.
+    """
+    return _finish_one(
+        job_id,
+        to=S.READY,
+        claim_id=claim_id,
+        actor=actor,
+        result_code=result_code,
+        error=error,
+        detail=detail,
+        executed_detail=executed_detail,
+        retry_in=retry_in,
+        at=at,
+    )
