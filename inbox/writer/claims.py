@@ -12,9 +12,9 @@ from inbox.errors import InboxError, LostClaim
 from inbox.models import HELD_STATES, Job
 from inbox.writer.engine import run, run_moves
 from inbox.writer.events import (
-    CLAIM_AND_BEGIN_EVENTS,
-    authorized_checks,
+    CLAIM_AND_BEGIN,
     begin_events,
+    claim_and_begin_events,
     claim_events,
     transition_event,
 )
@@ -117,32 +117,25 @@ def claim_and_begin_move(
         raise ValueError(f"limit must be at least 1, got {limit}")
     if not worker_id:
         raise ValueError("claim_and_begin_jobs needs a worker_id")
-    claimed = claim_events(worker_id)
-
-    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
-        checks = authorized_checks(job)
-        return [
-            *claimed(job, before, now),
-            transition_event(job, EventType.STARTED, worker_id, now, S.CLAIMED, S.EXECUTING),
-            transition_event(
-                job, EventType.AUTHORIZED, worker_id, now, S.CLAIMED, S.EXECUTING, **checks
-            ),
-        ]
-
     return Move(
         [],
         S.EXECUTING,
         (S.READY,),
         worker_id,
-        events,
+        claim_and_begin_events(worker_id),
         values=lambda now: _claim_values(worker_id, now, lease_end(now, lease_seconds)),
-        row_events=CLAIM_AND_BEGIN_EVENTS,
+        row_events=CLAIM_AND_BEGIN_ROW_EVENTS,
         accept=authorize,
         pick=Pick(scope, limit, unless_paused=True),
         fail_closed=True,
         savepoint=False,
         at=at,
     )
+
+
+# The same events as SQL over each claimed row, written by the claiming statement itself on
+# PostgreSQL.
+CLAIM_AND_BEGIN_ROW_EVENTS = tuple(shape.row_event() for shape in CLAIM_AND_BEGIN)
 
 
 def claim_job(

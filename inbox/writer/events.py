@@ -1,7 +1,12 @@
+"""The events of the job writer's moves, each shape defined once (for the statement that
+writes them itself on PostgreSQL, and for Python everywhere else)."""
+
 from __future__ import annotations
 
 import datetime as dt
+import operator
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from audit.events import Event, PairedEvents, RowEvent
@@ -48,64 +53,100 @@ def from_state(before: Job | None, allowed: Sequence[str]) -> str:
     return allowed[0]
 
 
+@dataclass(frozen=True)
+class Shape:
+    """One event's shape, defined once for both ways it is written: its type, the move it
+    records, and each detail field as (key, its value from the moved row in Python, the same
+    as SQL over the moved row ``r``). ``event`` builds it in Python; ``row_event`` gives the
+    SQL that a PostgreSQL statement writes for each row it moves."""
+
+    event_type: str
+    frm: str
+    to: str
+    fields: tuple[tuple[str, Callable[[Job], Any], str], ...] = ()
+
+    def event(self, job: Job, actor: str, now: dt.datetime, **extra: Any) -> Event:
+        detail = {"from": self.frm, "to": self.to}
+        detail.update((key, of_row(job)) for key, of_row, _sql in self.fields)
+        detail.update(extra)
+        return Event(self.event_type, actor, job_id=job.job_id, detail=detail, at=now)
+
+    def row_event(self) -> RowEvent:
+        pairs = [f"'from', '{self.frm}'", f"'to', '{self.to}'"]
+        pairs += [f"'{key}', {sql}" for key, _of_row, sql in self.fields]
+        return RowEvent(self.event_type, f"jsonb_build_object({', '.join(pairs)})")
+
+
+CLAIMED = Shape(
+    EventType.CLAIMED,
+    S.READY,
+    S.CLAIMED,
+    (
+        ("claim_id", operator.attrgetter("claim_id"), "r.claim_id"),
+        ("attempt", operator.attrgetter("attempt_count"), "r.attempt_count"),
+        ("lease_until", lambda job: job.lease_until.isoformat(), iso_sql("r.lease_until")),
+    ),
+)
+STARTED = Shape(EventType.STARTED, S.CLAIMED, S.EXECUTING)
+# AUTHORIZED carries the executor's checks of the job it begins (``begin_events``) ...
+AUTHORIZED = Shape(EventType.AUTHORIZED, S.CLAIMED, S.EXECUTING)
+# ... which, for a job it claims and begins in one write (an idempotent type that needs no
+# approval), are its schema validated and its seal.
+AUTHORIZED_AT_ONCE = Shape(
+    EventType.AUTHORIZED,
+    S.CLAIMED,
+    S.EXECUTING,
+    (
+        ("schema", lambda _job: "ok", "'ok'"),
+        ("fingerprint", operator.attrgetter("fingerprint"), "r.fingerprint"),
+    ),
+)
+# What ``claim_and_begin_jobs`` records for each job, in order.
+CLAIM_AND_BEGIN = (CLAIMED, STARTED, AUTHORIZED_AT_ONCE)
+
+
 def claim_events(worker_id: str) -> EventsFor:
+    """CLAIMED: what a claim records."""
+
     def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
-        return [
-            transition_event(
-                job,
-                EventType.CLAIMED,
-                worker_id,
-                now,
-                S.READY,
-                S.CLAIMED,
-                claim_id=job.claim_id,
-                attempt=job.attempt_count,
-                lease_until=job.lease_until.isoformat(),
-            )
-        ]
+        return [CLAIMED.event(job, worker_id, now)]
 
     return events
 
 
-def authorized_checks(job: Job) -> dict[str, Any]:
-    """What AUTHORIZED records for a job the executor checked and may begin at once: its
-    schema validated and its seal (approval types add the approval; see the executor)."""
-    return {"schema": "ok", "fingerprint": job.fingerprint}
+def claim_and_begin_events(worker_id: str) -> EventsFor:
+    """CLAIMED, STARTED and AUTHORIZED: what a claim that begins at once records."""
 
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        return [shape.event(job, worker_id, now) for shape in CLAIM_AND_BEGIN]
 
-# CLAIMED, STARTED and AUTHORIZED as SQL over the claimed row (``claim_and_begin_jobs`` on
-# PostgreSQL): the same details ``claim_events``, ``begin_events`` and ``authorized_checks``
-# build in Python.
-CLAIM_AND_BEGIN_EVENTS = (
-    RowEvent(
-        EventType.CLAIMED,
-        "jsonb_build_object('from', 'READY', 'to', 'CLAIMED', 'claim_id', r.claim_id, "
-        f"'attempt', r.attempt_count, 'lease_until', {iso_sql('r.lease_until')})",
-    ),
-    RowEvent(EventType.STARTED, "jsonb_build_object('from', 'CLAIMED', 'to', 'EXECUTING')"),
-    RowEvent(
-        EventType.AUTHORIZED,
-        "jsonb_build_object('from', 'CLAIMED', 'to', 'EXECUTING', 'schema', 'ok', "
-        "'fingerprint', r.fingerprint)",
-    ),
-)
+    return events
 
 
 def begin_events(actor: str, authorized: Callable[[str], Mapping[str, Any] | None]) -> EventsFor:
     """STARTED, and AUTHORIZED with the executor's checks: what a begin records."""
 
     def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
-        out = [transition_event(job, EventType.STARTED, actor, now, S.CLAIMED, S.EXECUTING)]
+        out = [STARTED.event(job, actor, now)]
         checks = authorized(job.job_id)
         if checks is not None:
-            out.append(
-                transition_event(
-                    job, EventType.AUTHORIZED, actor, now, S.CLAIMED, S.EXECUTING, **checks
-                )
-            )
+            out.append(AUTHORIZED.event(job, actor, now, **checks))
         return out
 
     return events
+
+
+def outcome_details(o: Outcome) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
+    """What an outcome records, in the one form both ways of writing it use: EXECUTED's result
+    code and detail (None: no EXECUTED, the outcome carries no ``executed_detail``) and the
+    outcome event's detail (its result code is the outcome's)."""
+    second = dict(o.detail or {})
+    if o.error:
+        second["error"] = o.error
+    if o.executed_detail is None:
+        return "", None, second
+    first = dict(o.executed_detail)
+    return first.pop("result_code", o.result_code), first, second
 
 
 def outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
@@ -114,34 +155,24 @@ def outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
 
     def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
         o = outcomes[job.job_id]
-        extra = dict(o.detail or {})
-        if o.error:
-            extra["error"] = o.error
+        first_code, first, second = outcome_details(o)
         if o.to == S.READY:
-            extra.update(
+            second.update(
                 attempt=job.attempt_count,
                 retry_in_s=round(o.retry_in or 0.0, 3),
                 run_after=job.run_after.isoformat() if job.run_after else None,
             )
+        moved = {"from": S.EXECUTING, "to": o.to}
         out = [
-            transition_event(
-                job,
-                FINISH_EVENT[o.to],
-                actor,
-                now,
-                S.EXECUTING,
-                o.to,
-                result_code=o.result_code,
-                **extra,
+            Event(
+                FINISH_EVENT[o.to], actor, job.job_id, None, o.result_code, {**moved, **second}, now
             )
         ]
-        if o.executed_detail is not None:
-            executed = dict(o.executed_detail)
-            executed.setdefault("result_code", o.result_code)
+        if first is not None:
             out.insert(
                 0,
-                transition_event(
-                    job, EventType.EXECUTED, actor, now, S.EXECUTING, o.to, **executed
+                Event(
+                    EventType.EXECUTED, actor, job.job_id, None, first_code, {**moved, **first}, now
                 ),
             )
         return out
@@ -149,10 +180,16 @@ def outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
     return events
 
 
+def _job_event(
+    event_type: str, actor: str, job: Job, code: str, detail: dict[str, Any], now: dt.datetime
+) -> Event:
+    return Event(event_type, actor, job.job_id, None, code, detail, now)
+
+
 def outcome_pairs(
     actor: str, to: str, outcomes: Mapping[str, Outcome]
 ) -> Callable[[Sequence[Held]], PairedEvents]:
-    """``outcome_events`` in the compact form the statement writes on PostgreSQL (``_move``'s
+    """``outcome_events`` in the compact form the statement writes on PostgreSQL (a ``Move``'s
     ``paired``), for an outcome other than a retry (whose event needs the row after the
     write): the same events with the same details (``test_turn`` compares them)."""
     if to == S.READY:
@@ -162,13 +199,7 @@ def outcome_pairs(
         rows = []
         for item in held:
             o = outcomes[item.job_id]
-            second = dict(o.detail or {})
-            if o.error:
-                second["error"] = o.error
-            first, first_code = None, ""
-            if o.executed_detail is not None:
-                first = dict(o.executed_detail)
-                first_code = first.pop("result_code", o.result_code)
+            first_code, first, second = outcome_details(o)
             rows.append((item.job_id, first_code, first, o.result_code, second))
         return PairedEvents(actor, S.EXECUTING, EventType.EXECUTED, FINISH_EVENT[to], rows)
 
