@@ -147,7 +147,19 @@ def create_jobs(
             result.refused[position] = exc
     if all_or_nothing and result.refused:
         return result
-    # The same key twice in one batch: the first stands; a twin replays it, a variant conflicts.
+    fresh, twins = _within_batch(built, result)
+    if all_or_nothing and result.refused:
+        return result
+    _save(built, fresh, twins, result, all_or_nothing=all_or_nothing, at=at)
+    return result
+
+
+def _within_batch(
+    built: dict[int, tuple[Job, list[Event]]], result: Created
+) -> tuple[dict[int, tuple[Job, list[Event]]], dict[int, int]]:
+    """The same key twice in one batch: the first stands; a twin replays it, a variant
+    conflicts (refused in ``result``). Returns (the documents to store by position, each
+    twin's position → the earlier position it replays)."""
     first: dict[str, int] = {}
     fresh: dict[int, tuple[Job, list[Event]]] = {}
     twins: dict[int, int] = {}  # a position → the earlier position it replays
@@ -168,8 +180,19 @@ def create_jobs(
         else:
             key = job.idempotency_key if twin.idempotency_key == job.idempotency_key else ""
             result.refused[position] = IdempotencyConflict(key or job.job_id, twin.job_id)
-    if all_or_nothing and result.refused:
-        return result
+    return fresh, twins
+
+
+def _save(
+    built: dict[int, tuple[Job, list[Event]]],
+    fresh: dict[int, tuple[Job, list[Event]]],
+    twins: dict[int, int],
+    result: Created,
+    *,
+    all_or_nothing: bool,
+    at: dt.datetime | None,
+) -> None:
+    """Store the fresh jobs; a key already stored replays (same content) or conflicts."""
     # One transaction when it must roll back as a whole or when SQLite needs two statements;
     # on PostgreSQL a lone batch is one statement (jobs and events), atomic by itself.
     needs_transaction = all_or_nothing or connection.vendor != "postgresql"
@@ -196,7 +219,6 @@ def create_jobs(
         if all_or_nothing and result.refused:
             transaction.set_rollback(True)
             result.created.clear()
-    return result
 
 
 def _store(fresh: list[tuple[Job, list[Event]]], at: dt.datetime | None) -> dict[str, dt.datetime]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.db import connection, transaction
 
@@ -200,6 +200,15 @@ def finish_jobs(
         return undone_batch([o.job for o in outcomes], exc)
 
 
+class Report(TypedDict, total=False):
+    """What a holder may report with one job's outcome besides its state and code."""
+
+    error: str
+    detail: Mapping[str, Any] | None
+    executed_detail: Mapping[str, Any] | None
+    at: dt.datetime | None
+
+
 def _finish_one(
     job_id: str,
     *,
@@ -207,21 +216,26 @@ def _finish_one(
     claim_id: str,
     actor: str,
     result_code: str,
-    error: str = "",
-    detail: Mapping[str, Any] | None = None,
-    executed_detail: Mapping[str, Any] | None = None,
     retry_in: float | None = None,
-    at: dt.datetime | None = None,
+    **report: Unpack[Report],
 ) -> Job:
     stub = Job(job_id=job_id, claim_id=claim_id)
-    outcome = Outcome(stub, to, result_code, error, executed_detail, detail, retry_in)
+    outcome = Outcome(
+        stub,
+        to,
+        result_code,
+        report.get("error", ""),
+        report.get("executed_detail"),
+        report.get("detail"),
+        retry_in,
+    )
     return _finish(
         [outcome],
         actor=actor,
         fail_closed=False,
         full=True,
         held=lambda o: Held(o.job.job_id, o.job.claim_id),
-        at=at,
+        at=report.get("at"),
     ).one()
 
 
@@ -305,15 +319,13 @@ def schedule_retry(
     actor: str,
     retry_in: float,
     result_code: str,
-    error: str = "",
-    detail: Mapping[str, Any] | None = None,
-    executed_detail: Mapping[str, Any] | None = None,
-    at: dt.datetime | None = None,
+    **report: Unpack[Report],
 ) -> Job:
     """EXECUTING → READY: a failed attempt of an idempotent job with a retry left goes back to
     the queue and is not claimed before the database time plus ``retry_in`` seconds
     (``run_after``). The attempt stays counted; RETRY_SCHEDULED records it (with EXECUTED when
     ``executed_detail`` is given). A non-idempotent job is refused: it is never retried blindly.
+    ``report``: the ``error``, ``detail``, ``executed_detail`` and ``at`` of any outcome.
     """
     return _finish_one(
         job_id,
@@ -321,9 +333,6 @@ def schedule_retry(
         claim_id=claim_id,
         actor=actor,
         result_code=result_code,
-        error=error,
-        detail=detail,
-        executed_detail=executed_detail,
         retry_in=retry_in,
-        at=at,
+        **report,
     )

@@ -117,47 +117,9 @@ def conclude(
     drifts to record, the rows aimed at, in order)."""
     move, now = plan.move, plan.now
     rows: dict[str, tuple[Job, Job | None]] = {}
-    targets, candidates = plan.targets, plan.candidates
+    targets = plan.targets
     if plan.writes:
-        if move.pick is not None:
-            # What the UPDATE chose, in claim order (RETURNING promises no order).
-            order = sorted(returned.values(), key=lambda row: (row[COL_CREATED], row[COL_JOB_ID]))
-            targets = candidates = [Held(row[COL_JOB_ID]) for row in order]
-        # A picked row left a sealed state (READY): it must carry its seal.
-        bad = [
-            job_id
-            for job_id, row in returned.items()
-            if move.seal and not seal_holds(row, required=move.pick is not None)
-        ]
-        if bad:
-            raise BatchDrift(bad)
-        if isinstance(now, DbClock) and returned:
-            # The statement's time, as the moved rows' updated_at tells it.
-            now = next(iter(returned.values()))[COL_UPDATED]
-        changed = [*plan.assigned, "state", "updated_at"]
-        for item in candidates:
-            row = returned.get(item.job_id)
-            if row is not None:
-                after = job_of(row) if item.job is None else update_copy(item.job, row, changed)
-                rows[item.job_id] = (after, plan.before_rows.get(item.job_id))
-        missing = [item for item in candidates if item.job_id not in returned]
-        if missing and move.prior is not None:
-            for item in missing:
-                plan.refused[item.job_id] = lost_race(
-                    item.job_id, plan.before_rows[item.job_id], move.to
-                )
-        elif missing:
-            if isinstance(now, DbClock):
-                now = db_now()  # only a refusal needs the time in Python
-            current = {j.job_id: j for j in Job.objects.filter(job_id__in=ids_of(missing))}
-            for item in missing:
-                job = current.get(item.job_id)
-                error = refusal_of(job, item, move, now) or lost_race(item.job_id, job, move.to)
-                plan.refused[item.job_id] = error
-                if is_stale(error, job, item, move):
-                    plan.stale.append((job, item))
-                elif isinstance(error, ImmutableFieldDrift) and job is not None:
-                    plan.drifted.append(job)
+        targets, rows, now = _take_returned(plan, returned)
     if move.accept is not None:
         for after, _before in rows.values():
             if not move.accept(after):
@@ -178,6 +140,66 @@ def conclude(
     if rows and move.to in FINISHED_STATES and connection.vendor != "postgresql":
         count_finished([after for after, _before in rows.values()])
     return rows, plan.refused, plan.stale, plan.drifted, targets
+
+
+def _take_returned(
+    plan: Plan, returned: dict[str, list[Any]]
+) -> tuple[list[Held], dict[str, tuple[Job, Job | None]], Any]:
+    """The rows the write returned: seals checked, the caller's copies brought up to date, the
+    rows it did not move named. Returns (the rows aimed at, in order; the moved rows with their
+    prior row; the time of the move)."""
+    move, now = plan.move, plan.now
+    targets, candidates = plan.targets, plan.candidates
+    if move.pick is not None:
+        # What the UPDATE chose, in claim order (RETURNING promises no order).
+        order = sorted(returned.values(), key=lambda row: (row[COL_CREATED], row[COL_JOB_ID]))
+        targets = candidates = [Held(row[COL_JOB_ID]) for row in order]
+    # A picked row left a sealed state (READY): it must carry its seal.
+    bad = [
+        job_id
+        for job_id, row in returned.items()
+        if move.seal and not seal_holds(row, required=move.pick is not None)
+    ]
+    if bad:
+        raise BatchDrift(bad)
+    if isinstance(now, DbClock) and returned:
+        # The statement's time, as the moved rows' updated_at tells it.
+        now = next(iter(returned.values()))[COL_UPDATED]
+    changed = [*plan.assigned, "state", "updated_at"]
+    rows: dict[str, tuple[Job, Job | None]] = {}
+    for item in candidates:
+        row = returned.get(item.job_id)
+        if row is not None:
+            after = job_of(row) if item.job is None else update_copy(item.job, row, changed)
+            rows[item.job_id] = (after, plan.before_rows.get(item.job_id))
+    missing = [item for item in candidates if item.job_id not in returned]
+    if missing:
+        now = _refuse_missing(plan, missing, now)
+    return targets, rows, now
+
+
+def _refuse_missing(plan: Plan, missing: list[Held], now: Any) -> Any:
+    """Name why each row the guarded UPDATE left alone was refused, from the rows as read under
+    lock (``prior``) or as stored now; the time, read if only a refusal needed it."""
+    move = plan.move
+    if move.prior is not None:
+        for item in missing:
+            plan.refused[item.job_id] = lost_race(
+                item.job_id, plan.before_rows[item.job_id], move.to
+            )
+        return now
+    if isinstance(now, DbClock):
+        now = db_now()  # only a refusal needs the time in Python
+    current = {j.job_id: j for j in Job.objects.filter(job_id__in=ids_of(missing))}
+    for item in missing:
+        job = current.get(item.job_id)
+        error = refusal_of(job, item, move, now) or lost_race(item.job_id, job, move.to)
+        plan.refused[item.job_id] = error
+        if is_stale(error, job, item, move):
+            plan.stale.append((job, item))
+        elif isinstance(error, ImmutableFieldDrift) and job is not None:
+            plan.drifted.append(job)
+    return now
 
 
 # The named transaction points of the job writer (core.faults; test-only).

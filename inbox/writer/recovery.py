@@ -116,43 +116,56 @@ def recover_stale_claims_report(
                     report.count(job, lapsed_outcome(job))
                 return report
             candidates = list(locked(qs, skip_locked=True)[:size])
-            groups: dict[str, list[Job]] = {}
-            for job in candidates:
-                groups.setdefault(lapsed_outcome(job), []).append(job)
-            for to, jobs in groups.items():
-                # Every row of a group shares its values but ``attempt_count`` (FAILED's text).
-                by_attempts: dict[int, list[Job]] = {}
-                for job in jobs:
-                    by_attempts.setdefault(job.attempt_count, []).append(job)
-                for attempts, part in by_attempts.items():
-                    # The rows as read (the events' "before"); ``part`` is updated in place.
-                    seen = {job.job_id: snapshot(job) for job in part}
-                    moved = run(
-                        Move(
-                            [Held.of(job) for job in part],
-                            to=to,
-                            allowed=HELD_STATES,
-                            actor=actor,
-                            values=_recovery_values(to, attempts),
-                            events=recovery_events(actor, to),
-                            fence="observed",
-                            lease="lapsed",
-                            prior=lambda seen=seen: seen,
-                            why="the lease was renewed or the claim changed meanwhile",
-                            at=now,
-                        )
-                    )
-                    for job in part:
-                        if job.job_id in moved:
-                            report.count(job, to)
-                    for job_id, exc in moved.refused.items():
-                        report.refused.append(f"{job_id}: {exc}")
-                        refused.append(job_id)
+            _recover(candidates, actor=actor, now=now, report=report, refused=refused)
         if len(candidates) < size:
             # What is still lapsed and not refused was locked by someone else: skipped.
             report.busy = capped_count(Job.objects.lapsed(now).exclude(job_id__in=refused))
             return report
         size = _next_sweep_batch(size, time.monotonic() - began, batch)
+
+
+def _recover(
+    candidates: list[Job],
+    *,
+    actor: str,
+    now: dt.datetime,
+    report: RecoveryReport,
+    refused: list[str],
+) -> None:
+    """One batch of lapsed rows (locked), grouped by where they go: one guarded UPDATE per
+    group, claim and lapse re-checked; what moved is counted, what was refused listed."""
+    groups: dict[str, list[Job]] = {}
+    for job in candidates:
+        groups.setdefault(lapsed_outcome(job), []).append(job)
+    for to, jobs in groups.items():
+        # Every row of a group shares its values but ``attempt_count`` (FAILED's text).
+        by_attempts: dict[int, list[Job]] = {}
+        for job in jobs:
+            by_attempts.setdefault(job.attempt_count, []).append(job)
+        for attempts, part in by_attempts.items():
+            # The rows as read (the events' "before"); ``part`` is updated in place.
+            seen = {job.job_id: snapshot(job) for job in part}
+            moved = run(
+                Move(
+                    [Held.of(job) for job in part],
+                    to=to,
+                    allowed=HELD_STATES,
+                    actor=actor,
+                    values=_recovery_values(to, attempts),
+                    events=recovery_events(actor, to),
+                    fence="observed",
+                    lease="lapsed",
+                    prior=lambda seen=seen: seen,
+                    why="the lease was renewed or the claim changed meanwhile",
+                    at=now,
+                )
+            )
+            for job in part:
+                if job.job_id in moved:
+                    report.count(job, to)
+            for job_id, exc in moved.refused.items():
+                report.refused.append(f"{job_id}: {exc}")
+                refused.append(job_id)
 
 
 def _next_sweep_batch(size: int, took: float, most: int) -> int:
