@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/pytest -q -p no:randomly tests/house/test_budgets.py tests/house/test_django_fence.py
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

@@ -9,6 +9,8 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 
+from core.db import is_new
+
 
 class AppendOnlyError(Exception):
     """Raised when code tries to change or remove an audit event."""
@@ -172,7 +174,7 @@ class AuditEvent(models.Model):
         return f"#{self.event_id} {self.event_type} {subject} by {self.actor}"
 
     def save(self, *args, **kwargs) -> None:
-        if not self._state.adding:
+        if not is_new(self):
             raise AppendOnlyError(f"audit event {self.pk} is append-only: save() is refused")
         super().save(*args, **kwargs)
 

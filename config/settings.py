@@ -123,9 +123,7 @@ TEMPLATES = [
 SQLITE_BUSY_TIMEOUT = float(os.environ.get("SQLITE_BUSY_TIMEOUT", "30"))
 if SQLITE_BUSY_TIMEOUT <= 0:
     raise ImproperlyConfigured(f"SQLITE_BUSY_TIMEOUT must be positive, got {SQLITE_BUSY_TIMEOUT}")
-# Django's SQLite backend with a leaner BEGIN and COMMIT while no query log is kept
-# (core/backends/sqlite3/base.py says what and why); everything else is Django's.
-SQLITE_ENGINE = "core.backends.sqlite3"
+SQLITE_ENGINE = "django.db.backends.sqlite3"
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
     "timeout": SQLITE_BUSY_TIMEOUT,

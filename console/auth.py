@@ -8,9 +8,9 @@ poll (``bench/live_load.py``, issue 15). This backend reads the same set with on
 statement, and loads the request's user (``get_user``, once per request) with a plain SELECT
 instead of a queryset: 0.3 ms of CPU instead of 0.6. On PostgreSQL and SQLite that SELECT also
 brings the user's permissions (one text aggregated by the database), so a request checks its
-permissions without a query of its own. Nothing is cached beyond the request (the user
-object's ``_perm_cache``, as Django does), so a deactivated user, a revoked permission or group
-takes effect on the operator's next request.
+permissions without a query of its own. Nothing is cached beyond the request (on the user
+object, as Django does, under a name of our own), so a deactivated user, a revoked permission
+or group takes effect on the operator's next request.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class ConsoleModelBackend(ModelBackend):
         if aggregate is not None:
             text = vars(user).pop(_WITH_PERMISSIONS, None) or ""
             if user.is_active and not user.is_superuser:
-                user._perm_cache = {name for name in text.split(",") if name}
+                user._console_perm_cache = {name for name in text.split(",") if name}
         return user
 
     def get_all_permissions(self, user_obj: Any, obj: object = None) -> set[str]:
@@ -80,8 +80,8 @@ class ConsoleModelBackend(ModelBackend):
             return set()
         if user_obj.is_superuser:
             return super().get_all_permissions(user_obj, obj)
-        if not hasattr(user_obj, "_perm_cache"):
+        if not hasattr(user_obj, "_console_perm_cache"):
             with connection.cursor() as cursor:
                 cursor.execute(_ALL_PERMISSIONS, [user_obj.pk, user_obj.pk])
-                user_obj._perm_cache = {f"{app}.{codename}" for app, codename in cursor}
-        return user_obj._perm_cache
+                user_obj._console_perm_cache = {f"{app}.{codename}" for app, codename in cursor}
+        return user_obj._console_perm_cache

@@ -14,13 +14,13 @@ connected they are connection options; behind PgBouncer in transaction-pooling m
 from __future__ import annotations
 
 import contextlib
-import sqlite3
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Iterator
+from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.backends.signals import connection_created
-from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX, SQLiteCursorWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Model, QuerySet
 from psycopg.pq import TransactionStatus
@@ -92,9 +92,7 @@ def prepared_cursor():  # -> django.db.backends.utils.CursorWrapper
     executions and PostgreSQL stops planning it per call. Django's own cursors bind on the
     client (its ORM SQL is not always preparable), so nothing else changes. Behind PgBouncer
     (transaction pooling) the threshold is off and this is server-side binding without
-    prepared statements. On SQLite its statement texts are turned from ``%s`` into ``?`` once
-    per process instead of by a regex on every call, and with nothing logged a statement with
-    positional parameters goes straight to the driver (``_LeanSQLiteCursor``).
+    prepared statements. On SQLite it is Django's own cursor.
 
     Only for hand-written SQL whose parameters all carry their types (casts where PostgreSQL
     could not infer one); it goes through Django's execute wrappers, error translation and
@@ -103,8 +101,6 @@ def prepared_cursor():  # -> django.db.backends.utils.CursorWrapper
     UPDATE.
     """
     db = connections[DEFAULT_DB_ALIAS]
-    if db.vendor == "sqlite":
-        return _sqlite_cursor(db)
     if db.vendor != "postgresql":
         return db.cursor()
     db.close_if_health_check_failed()
@@ -143,68 +139,59 @@ class _KeptDebugCursor(CursorDebugWrapper):
         return None
 
 
-class _QmarkCache(SQLiteCursorWrapper):
-    """Django's SQLite cursor, converting each ``%s`` statement text once: the writers' texts
-    are a small set repeated for every job. Mapping parameters keep Django's own conversion."""
-
-    def convert_query(self, query, *, param_names=None):
-        if param_names is not None:
-            return super().convert_query(query, param_names=param_names)
-        return _qmark(query)
+# --- model instances ---------------------------------------------------------------------------
 
 
-def _qmark(query: str) -> str:
-    """``query``'s ``%s`` placeholders as ``?`` (and ``%%`` as ``%``), as Django converts
-    them, looked up after the first time."""
-    converted = _QMARK_TEXTS.get(query)
-    if converted is None:
-        if len(_QMARK_TEXTS) >= _QMARK_TEXTS_MAX:
-            _QMARK_TEXTS.clear()
-        converted = _QMARK_TEXTS[query] = FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
-    return converted
+def shallow_copy[M: Model](instance: M) -> M:
+    """A shallow copy of a model instance as read, kept while the original is updated in place:
+    the instance's ``__dict__`` copied into a new one, without ``copy.copy``'s pickling
+    protocol (a twentieth of its cost). The two share Django's per-instance state object, which
+    neither changes afterwards. ``tests/test_django_contract.py`` holds it equal to
+    ``copy.copy``."""
+    clone = instance.__class__.__new__(instance.__class__)
+    clone.__dict__ = instance.__dict__.copy()
+    return clone
 
 
-# Converted statement texts (hand-written, a few dozen shapes); emptied if it ever fills up.
-_QMARK_TEXTS: dict[str, str] = {}
-_QMARK_TEXTS_MAX = 512
-# The driver's own methods, called on a _QmarkCache past its Python overrides.
-_DRIVER_EXECUTE = sqlite3.Cursor.execute
-_DRIVER_EXECUTEMANY = sqlite3.Cursor.executemany
+def is_new(instance: Model) -> bool:
+    """True while an instance has not been stored (Django's own flag, as ``save()`` sets it)."""
+    return instance._state.adding
 
 
-class _LeanSQLiteCursor(CursorWrapper):
-    """SQLite with queries not logged: a statement with positional parameters goes straight
-    to the driver's method with its converted text, inside Django's error translation and
-    broken-transaction check, unless an execute wrapper is installed. Django's layers around
-    it (the wrapper chain, its SQLite cursor's Python ``execute``, ``executemany``'s peek at
-    the parameters) were about a twentieth of a single-job enqueue. Anything else (no or
-    named parameters, a wrapper) takes Django's own path."""
-
-    def execute(self, sql, params=None):
-        db = self.db
-        if params is None or isinstance(params, Mapping) or db.execute_wrappers:
-            return super().execute(sql, params)
-        db.validate_no_broken_transaction()
-        with db.wrap_database_errors:
-            return _DRIVER_EXECUTE(self.cursor, _qmark(sql), params)
-
-    def executemany(self, sql, param_list):
-        db = self.db
-        rows = param_list if isinstance(param_list, list) else list(param_list)
-        if (rows and isinstance(rows[0], Mapping)) or db.execute_wrappers:
-            return super().executemany(sql, rows)
-        db.validate_no_broken_transaction()
-        with db.wrap_database_errors:
-            return _DRIVER_EXECUTEMANY(self.cursor, _qmark(sql), rows)
+def mark_saved(instance: Model, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Tell Django an instance the writer inserted with its own SQL is now stored (as
+    ``save()`` would leave it): a later ``save()`` updates it, validation treats it as stored.
+    """
+    instance._state.adding = False
+    instance._state.db = using
 
 
-def _sqlite_cursor(db):  # -> django.db.backends.utils.CursorWrapper
-    """``db.cursor()`` on SQLite (health check, connect, thread check, the debug wrapper when
-    queries are logged) with the caching cursor class, lean when nothing is logged; execute
-    wrappers, error translation and the query log work as for any cursor."""
-    db.close_if_health_check_failed()
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    with db.wrap_database_errors:
-        raw = db.connection.cursor(factory=_QmarkCache)
-    return CursorDebugWrapper(raw, db) if db.queries_logged else _LeanSQLiteCursor(raw, db)
+# --- SQLite's JSON probe ------------------------------------------------------------------------
+
+
+def _supports_json_field_without_lock(features: Any) -> bool:
+    with features.connection.cursor() as cursor:
+        try:
+            cursor.execute("""SELECT JSON('{"a": "b"}')""")
+        except OperationalError:  # this SQLite build has no JSON functions
+            return False
+    return True
+
+
+def declare_sqlite_json_probe() -> None:
+    """Make SQLite's "does it have JSON?" probe lock-free (called once, from ``apps.ready``).
+
+    Django's own probe (``DatabaseFeatures.supports_json_field``) runs its ``SELECT JSON(...)``
+    inside ``atomic()``, which with IMMEDIATE transactions needs the write lock. While another
+    process held it, the probe waited out the busy timeout and concluded "no JSON": every
+    command then failed its system checks with ``fields.E180 SQLite does not support
+    JSONFields`` instead of saying the database was locked, and a web process could compile
+    JSON lookups for a database without JSON. The same SELECT in autocommit mode needs no
+    lock, so the answer no longer depends on who holds it.
+    """
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    features = DatabaseWrapper.features_class
+    probe = functools.cached_property(_supports_json_field_without_lock)
+    probe.__set_name__(features, "supports_json_field")
+    features.supports_json_field = probe

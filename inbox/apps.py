@@ -6,9 +6,8 @@ class InboxConfig(AppConfig):
     verbose_name = "Job inbox"
 
     def ready(self) -> None:
-        from core.db import install_session_settings
+        from core.db import declare_sqlite_json_probe, install_session_settings
         from inbox import checks  # noqa: F401 - registers the system checks
-        from inbox.dbcheck import declare_sqlite_json_probe
 
         install_session_settings()
         # SQLite's JSON support is asked without the write lock (see the function).

@@ -8,10 +8,7 @@ before they start.
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.db import OperationalError, connection
-from django.utils.functional import cached_property
+from django.db import connection
 
 from inbox.errors import ConfigurationError
 
@@ -87,31 +84,3 @@ def check_worker_database() -> str:
             "this SQLite database is not safe for workers: " + "; ".join(problems)
         )
     return describe_database()
-
-
-def _supports_json_field_without_lock(features: Any) -> bool:
-    with features.connection.cursor() as cursor:
-        try:
-            cursor.execute("""SELECT JSON('{"a": "b"}')""")
-        except OperationalError:  # this SQLite build has no JSON functions
-            return False
-    return True
-
-
-def declare_sqlite_json_probe() -> None:
-    """Make SQLite's "does it have JSON?" probe lock-free (called once, from ``apps.ready``).
-
-    Django's own probe (``DatabaseFeatures.supports_json_field``) runs its ``SELECT JSON(...)``
-    inside ``atomic()``, which with IMMEDIATE transactions needs the write lock. While another
-    process held it, the probe waited out the busy timeout and concluded "no JSON": every
-    command then failed its system checks with ``fields.E180 SQLite does not support
-    JSONFields`` instead of saying the database was locked, and a web process could compile
-    JSON lookups for a database without JSON. The same SELECT in autocommit mode needs no
-    lock, so the answer no longer depends on who holds it.
-    """
-    from django.db.backends.sqlite3.base import DatabaseWrapper
-
-    DatabaseFeatures = DatabaseWrapper.features_class
-    probe = cached_property(_supports_json_field_without_lock)
-    probe.__set_name__(DatabaseFeatures, "supports_json_field")
-    DatabaseFeatures.supports_json_field = probe

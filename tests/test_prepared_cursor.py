@@ -12,7 +12,6 @@ from django.test.utils import CaptureQueriesContext
 from psycopg import adapters
 from psycopg.pq import Format
 
-from core import db as core_db
 from core.db import prepared_cursor
 
 pytestmark = pytest.mark.django_db
@@ -53,22 +52,6 @@ def test_prepared_cursor_translates_errors() -> None:
             "VALUES (%s, %s, '', 'x', CURRENT_TIMESTAMP)",
             ["dup", True],
         )
-
-
-@pytest.mark.sqlite
-def test_sqlite_texts_converted_once_and_bounded(monkeypatch) -> None:
-    monkeypatch.setattr(core_db, "_QMARK_TEXTS", {})
-    monkeypatch.setattr(core_db, "_QMARK_TEXTS_MAX", 3)
-    with prepared_cursor() as cursor:
-        for n in range(2):
-            cursor.execute("SELECT %s + %s", [n, 1])
-            assert cursor.fetchone() == (n + 1,)
-    assert core_db._QMARK_TEXTS == {"SELECT %s + %s": "SELECT ? + ?"}
-    with prepared_cursor() as cursor:
-        for n in range(5):
-            cursor.execute(f"SELECT %s + {n}", [n])
-            assert cursor.fetchone() == (2 * n,)
-    assert 1 <= len(core_db._QMARK_TEXTS) <= 3
 
 
 _PAUSE = (

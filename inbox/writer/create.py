@@ -11,6 +11,7 @@ from django.db.models import Q
 
 from audit.events import Event
 from audit.models import EventType
+from core.db import mark_saved
 from inbox.errors import IdempotencyConflict, InboxError, InvalidTransition
 from inbox.jobtypes import IMMUTABLE_COLUMNS, get_job_type, parse_run_after, validate_job_document
 from inbox.models import Job
@@ -201,7 +202,7 @@ def _save(
         for position, (job, _events) in fresh.items():
             if job.job_id in stamps:
                 job.created_at = job.updated_at = stamps[job.job_id]
-                job._state.adding = False
+                mark_saved(job)
                 result.created[position] = job
         stored = {job.job_id: job for job in result.created.values()}
         for position, (job, _events) in fresh.items():

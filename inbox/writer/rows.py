@@ -1,16 +1,14 @@
 from __future__ import annotations
 
-import functools
 import json
 import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import connection
-from django.db.models.base import ModelState
+from django.db import DEFAULT_DB_ALIAS, connection
 
 from core.clock import parse_sqlite_datetime
-from core.db import locked
+from core.db import locked, shallow_copy
 from inbox.jobtypes import IMMUTABLE_COLUMNS, fingerprint_from
 from inbox.models import Job
 from inbox.writer.values import UNSEALED_STATES, Held
@@ -39,11 +37,8 @@ def lock_jobs(job_ids: Iterable[str], *, skip_locked: bool = False) -> dict[str,
 
 
 def snapshot(job: Job) -> Job:
-    """A shallow copy of a row as read, kept while the original is updated in place (a
-    fraction of ``copy.copy``'s cost: no pickling protocol; the two share ``_state``)."""
-    clone = Job.__new__(Job)
-    clone.__dict__ = job.__dict__.copy()
-    return clone
+    """A copy of a row as read, kept while the original is updated in place."""
+    return shallow_copy(job)
 
 
 def caller_copy(item: Held) -> Job:
@@ -117,37 +112,15 @@ def rows_from(fetched: Iterable[Sequence[Any]]) -> dict[str, list[Any]]:
     return rows
 
 
-@functools.cache
-def _new_job_defaults() -> dict[str, Any]:
-    """What ``Job()`` sets on an instance (every field's default), read once per process."""
-    defaults = dict(Job().__dict__)
-    del defaults["_state"]
-    return defaults
-
-
 def new_job(**values: Any) -> Job:
-    """``Job(**values)`` for the fields a new job sets, without ``Model.__init__`` (an eighth of
-    a single-job enqueue's Python): the defaults are copied from one ``Job()`` made per process
-    (all immutable values), and the instance is unsaved like one ``Job()`` makes.
-    ``test_new_job_matches_the_orm`` holds the two ways equal."""
-    job = Job.__new__(Job)
-    job.__dict__.update(_new_job_defaults())
-    job.__dict__.update(values)
-    job._state = ModelState()
-    return job
+    """An unsaved job of the fields a new job sets."""
+    return Job(**values)
 
 
 def job_of(row: list[Any]) -> Job:
-    """A model instance of a returned row (every column present), without ``Model.__init__``:
-    its per-field checks were a twentieth of an executor's Python per claimed job. Job has
-    no deferred fields and no init signal receivers (``test_job_of_matches_the_orm`` holds
-    the two ways equal)."""
-    job = Job.__new__(Job)
-    job.__dict__.update(zip(_ATTNAMES, row, strict=True))
-    job._state = ModelState()
-    job._state.adding = False
-    job._state.db = "default"
-    return job
+    """A model instance of a returned row (every column present, in model order), as the ORM
+    builds one from a query."""
+    return Job.from_db(DEFAULT_DB_ALIAS, _ATTNAMES, row)
 
 
 def update_copy(mine: Job, row: list[Any], names: Iterable[str]) -> Job:

@@ -1,6 +1,6 @@
-"""``core.backends.sqlite3``: the lean ``BEGIN``/``COMMIT`` keep Django's meaning — the
-transaction takes SQLite's write lock up front (IMMEDIATE), commits, translates the driver's
-errors, and falls back to Django's own path whenever queries are logged or a wrapper watches."""
+"""SQLite transactions as the writers rely on them: an ``atomic()`` block takes SQLite's
+write lock up front (IMMEDIATE), commits to disk, translates the driver's errors, and is seen
+by the query log and execute wrappers."""
 
 from __future__ import annotations
 
@@ -34,13 +34,13 @@ def _pause(scope: str) -> None:
     ScopePause.objects.create(scope=scope, paused=True, reason="", changed_by="t")
 
 
-def test_the_project_runs_on_the_subclassed_backend() -> None:
-    assert type(connections[DEFAULT_DB_ALIAS]).__module__ == "core.backends.sqlite3.base"
+def test_the_project_runs_on_djangos_own_sqlite_backend() -> None:
+    assert type(connections[DEFAULT_DB_ALIAS]).__module__ == "django.db.backends.sqlite3.base"
     assert connection.vendor == "sqlite"
 
 
 def test_an_atomic_block_holds_the_write_lock_from_its_start_and_commits() -> None:
-    assert not connection.queries_logged  # the lean path is the one under test
+    assert not connection.queries_logged  # a worker's path: nothing logged
     other = _other()
     try:
         with transaction.atomic():
@@ -98,7 +98,7 @@ def test_a_rolled_back_block_writes_nothing() -> None:
     assert not ScopePause.objects.filter(scope="gone").exists()
 
 
-def test_on_commit_hooks_run_after_a_lean_commit() -> None:
+def test_on_commit_hooks_run_after_the_commit() -> None:
     ran: list[str] = []
     with transaction.atomic():
         _pause("hooked")

@@ -1,1 +1,0 @@
-"""Database backends: Django's, subclassed where the project measured a cost."""

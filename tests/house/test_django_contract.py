@@ -1,0 +1,82 @@
+"""What the fenced uses of Django's private parts rely on, checked in one place: if a Django
+upgrade changes one of these, this file fails and names it (``docs/performance.md`` says what
+each use buys and how to drop it)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+
+import django
+import pytest
+from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
+
+from core.db import is_new, mark_saved, shallow_copy
+from inbox.models import Job
+from tests.factories import make_job
+
+
+def test_the_django_release_is_in_the_tested_range() -> None:
+    """pyproject.toml pins Django to a range this file was last checked against."""
+    assert (6, 1) <= django.VERSION[:2] < (6, 2)
+
+
+def test_model_state_flags_are_where_the_writer_sets_them() -> None:
+    """``is_new``/``mark_saved`` read and set ``Model._state.adding`` and ``.db``."""
+    job = Job(job_id="contract-1")
+    assert is_new(job) and job._state.db is None
+    mark_saved(job)
+    assert (job._state.adding, job._state.db) == (False, "default")
+
+
+@pytest.mark.django_db
+def test_mark_saved_leaves_an_instance_as_save_does() -> None:
+    stored = make_job("noop", "READY")
+    inserted = Job.objects.get(job_id=stored.job_id)
+    fresh = Job(**{f.attname: getattr(inserted, f.attname) for f in Job._meta.concrete_fields})
+    mark_saved(fresh)
+    assert (fresh._state.adding, fresh._state.db) == (inserted._state.adding, inserted._state.db)
+
+
+@pytest.mark.django_db
+def test_shallow_copy_is_copy_copy() -> None:
+    """``shallow_copy`` (no pickling protocol) must give what ``copy.copy`` gives: a model
+    instance is its ``__dict__`` and nothing more."""
+    job = Job.objects.get(job_id=make_job("noop", "READY").job_id)
+    ours, theirs = shallow_copy(job), copy.copy(job)
+    assert type(ours) is Job and ours is not job
+    assert {k: v for k, v in vars(ours).items() if k not in ("_state", "_django_version")} == {
+        k: v for k, v in vars(theirs).items() if k not in ("_state", "_django_version")
+    }
+    assert Job.__reduce__ is django.db.models.Model.__reduce__  # no state of its own to copy
+
+
+def test_cursor_wrappers_take_a_driver_cursor_and_a_connection() -> None:
+    """``prepared_cursor`` keeps the driver's cursor with the connection and wraps it in
+    subclasses of Django's wrappers whose ``__exit__`` does not close it."""
+    for wrapper in (CursorWrapper, CursorDebugWrapper):
+        assert list(inspect.signature(wrapper.__init__).parameters)[1:3] == ["cursor", "db"]
+        assert callable(wrapper.__exit__)
+
+
+@pytest.mark.postgresql
+def test_postgresql_server_binding_cursor_and_time_zone_loader_exist() -> None:
+    from django.db.backends.postgresql.base import ServerBindingCursor
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg import Cursor
+
+    assert issubclass(ServerBindingCursor, Cursor)
+    assert list(inspect.signature(register_tzloader).parameters)[:2] == ["tz", "context"]
+    assert connection.timezone is not None
+
+
+def test_the_sqlite_json_probe_is_a_cached_property_of_the_features_class() -> None:
+    """``declare_sqlite_json_probe`` replaces ``DatabaseFeatures.supports_json_field`` with a
+    lock-free probe of the same kind: a cached property on the features class."""
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    probe = vars(DatabaseWrapper.features_class)["supports_json_field"]
+    assert isinstance(probe, functools.cached_property)
+    assert probe.func.__module__ == "core.db"
