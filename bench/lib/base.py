@@ -1,34 +1,39 @@
-"""Shared helpers for the benchmark scripts: databases, subprocess environments, machine facts,
-tables and result files.
+"""The benchmarks' shared ground: paths, databases, subprocess environments, source trees,
+machine facts, tables and result files.
 
-Every benchmark imports this module first; it puts the repository root on ``sys.path`` so the
-scripts run as plain files (``.venv/bin/python bench/throughput.py``) and can still import the
-project's packages in their helper subprocesses.
+Every script imports this module first (``from lib import base as bl``). It puts the repository
+root first on ``sys.path``, so a script run as a plain file (``.venv/bin/python
+bench/throughput.py``) imports the project's ``console`` app, never ``bench/console.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
+import re
 import shutil
 import sqlite3
 import statistics
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
+LIB = BENCH / "lib"
 VAR = ROOT / "var" / "bench"
-RESULTS = BENCH / "results"
+# Raw results: written by every run, never committed (var/ is ignored by git).
+RESULTS = VAR / "results"
+LOGS = VAR / "logs"
 PY = sys.executable
 MANAGE = str(ROOT / "manage.py")
 
-# The repository root goes first: bench/console.py must not shadow the ``console`` app.
 if str(ROOT) in sys.path:
     sys.path.remove(str(ROOT))
 sys.path.insert(0, str(ROOT))
@@ -38,7 +43,9 @@ PG_BASE = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432").r
 DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "bench")
 
 # Production-like settings for every process we start: no per-query debug log, quiet logging,
-# persistent connections (the project's own default of 60 s, shared by the peer).
+# persistent connections (the project's own default of 60 s, shared by the peer). No process
+# writes bytecode: each tree's modules are compiled once before the runs (``Tree.compile``), as
+# pip compiled Django and the peer at install time, so no measured start compiles source.
 CONN_MAX_AGE = os.environ.get("CONN_MAX_AGE", "60")
 BASE_ENV = {
     "DJANGO_DEBUG": "0",
@@ -80,6 +87,16 @@ def ratio(ours: float, theirs: float) -> float:
     if not theirs or theirs != theirs or ours != ours:
         return float("nan")
     return ours / theirs
+
+
+def times(value: float) -> str:
+    """A ratio as ``1.23×`` (``n/a`` when unknown)."""
+    return "n/a" if value != value else f"{value:.2f}×"
+
+
+def pct(value: float) -> str:
+    """A ratio as a percentage (``n/a`` when unknown)."""
+    return "n/a" if value != value else f"{value * 100:.1f} %"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -128,10 +145,20 @@ def pg_available() -> bool:
         return False
 
 
+def require_pg(script: str) -> None:
+    if not pg_available():
+        raise SystemExit(f"{script}: PostgreSQL at {PG_BASE} is not reachable")
+
+
 def recreate_pg_db(name: str) -> None:
     with _pg_admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_pg_db(name: str) -> None:
+    with _pg_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def pg_commits(name: str) -> int:
@@ -148,8 +175,7 @@ def pg_cpu_seconds() -> float:
     """CPU seconds (user + system) PostgreSQL's processes have used so far: every live server
     process plus what the postmaster has collected from its exited children (the backends of
     workers that already disconnected). The difference over a round is the server's CPU for it,
-    background processes (WAL writer, checkpointer, autovacuum) included. NaN where /proc
-    cannot tell (not Linux, or PostgreSQL on another host)."""
+    background processes included. NaN where /proc cannot tell (not Linux, or a remote server)."""
     procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, own ticks, reaped children)
     proc = Path("/proc")
     for entry in proc.iterdir() if proc.is_dir() else ():
@@ -174,14 +200,26 @@ def pg_cpu_seconds() -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def proc_cpu(pids: Iterable[int]) -> float:
+    """CPU seconds (user + system) the live processes ``pids`` have used so far."""
+    ticks = 0
+    for pid in pids:
+        try:
+            raw = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def pg_quiesce(name: str, timeout: float = 120.0) -> float:
     """Let database ``name`` settle before a measured round, as a production server would
-    between two bursts: ``VACUUM (ANALYZE)`` (the dead rows and stale statistics the last rounds
-    left; this machine's server runs with ``autovacuum = off``, so nothing else ever removes
-    them and every round would drain a table fuller of dead entries than the one before), a
-    ``CHECKPOINT`` (the dirty pages written now, not during the next drain), then no autovacuum
-    worker running where autovacuum is on. Returns the seconds it took. Every system's round
-    starts from the same calm; nothing of it is inside a measured span."""
+    between two bursts: ``VACUUM (ANALYZE)`` (the dead rows and stale statistics of the last
+    rounds; a server with ``autovacuum = off`` would otherwise drain a table fuller of dead
+    entries every round), a ``CHECKPOINT`` (dirty pages written now, not during the next
+    drain), then no autovacuum worker running. Returns the seconds it took; nothing of it is
+    inside a measured span."""
     import time
 
     import psycopg
@@ -200,15 +238,26 @@ def pg_quiesce(name: str, timeout: float = 120.0) -> float:
     return time.monotonic() - start
 
 
-def drop_pg_db(name: str) -> None:
-    with _pg_admin() as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def fresh_sqlite(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in ("", "-wal", "-shm", "-journal"):
         Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+def fresh_db(backend: str, name: str) -> str:
+    """A new empty database ``name`` on ``backend`` (``pg`` or ``sqlite``); its URL."""
+    if backend == "pg":
+        recreate_pg_db(name)
+        return pg_url(name)
+    path = VAR / f"{name}.sqlite3"
+    fresh_sqlite(path)
+    return sqlite_url(path)
+
+
+def drop_db(url: str) -> None:
+    """Drop a PostgreSQL database made by ``fresh_db`` (SQLite files stay under var/bench/)."""
+    if url.startswith("postgres"):
+        drop_pg_db(url.rsplit("/", 1)[-1])
 
 
 def django_env(database_url: str, **extra: str) -> dict[str, str]:
@@ -219,14 +268,22 @@ def django_env(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def migrate(database_url: str) -> None:
-    run([PY, MANAGE, "migrate", "-v", "0"], env=django_env(database_url))
-
-
-def run(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+def run(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 3600,
+) -> str:
     """Run a command, return its stdout; on failure show its stderr and stop."""
     proc = subprocess.run(
-        list(cmd), env=env, cwd=cwd or ROOT, capture_output=True, text=True, check=False
+        list(cmd),
+        env=env,
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
     )
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
@@ -234,24 +291,100 @@ def run(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path | No
     return proc.stdout
 
 
-def has_run_executor() -> bool:
-    """True once the project has ``manage.py run_executor`` (the executors issue)."""
-    proc = subprocess.run(
-        [PY, MANAGE, "help", "run_executor"],
-        env=django_env(sqlite_url(VAR / "probe.sqlite3")),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return proc.returncode == 0
+def migrate(database_url: str) -> None:
+    """Migrate a database with this checkout's schema (see ``Tree.migrate`` for another's)."""
+    OWN.migrate(database_url)
 
 
-def executor_command(extra: Sequence[str] = ()) -> tuple[list[str], bool]:
-    """The drain command for one process, and whether it is the fallback loop."""
-    if has_run_executor():
-        return [PY, MANAGE, "run_executor", "--scope", "noop", "--exit-when-idle", *extra], False
-    return [PY, str(BENCH / "ourside.py"), "work", "--scope", "noop", *extra], True
+# --- source trees -----------------------------------------------------------------------------
+
+# The project's own packages, compiled once per tree before any measured process starts.
+PROJECT_PACKAGES = ("audit", "inbox", "runs", "console", "core", "config", "bench")
+TREE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,19}$")
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A checkout of the project that a benchmark runs: its root, its interpreter (the tree's
+    own ``.venv`` when it has one, else this one) and a short name for its databases and rows.
+    Every process of a tree runs from its root, so ``manage.py`` imports that tree's code."""
+
+    name: str
+    root: Path
+    python: str
+
+    @classmethod
+    def parse(cls, spec: str) -> Tree:
+        """``NAME=PATH`` from the command line; a clear error for anything else."""
+        name, sep, path = spec.partition("=")
+        if not sep or not TREE_NAME.match(name):
+            raise SystemExit(
+                f"--tree {spec!r}: expected NAME=PATH, NAME lower-case letters, digits and _"
+            )
+        root = Path(path).expanduser().resolve()
+        if not (root / "manage.py").is_file():
+            raise SystemExit(f"--tree {spec!r}: {root} has no manage.py")
+        venv = root / ".venv" / "bin" / "python"
+        return cls(name, root, str(venv) if venv.exists() else PY)
+
+    @property
+    def manage(self) -> list[str]:
+        return [self.python, str(self.root / "manage.py")]
+
+    def env(self, database_url: str, **extra: str) -> dict[str, str]:
+        env = django_env(database_url, VAULT_ROOT=str(VAR / f"vault-{self.name}"), **extra)
+        env.pop("PYTHONPATH", None)
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        return env
+
+    def run(self, args: Sequence[str], database_url: str, **extra: str) -> str:
+        """``manage.py ARGS`` of this tree against ``database_url``; its stdout."""
+        return run([*self.manage, *args], env=self.env(database_url, **extra), cwd=self.root)
+
+    def migrate(self, database_url: str) -> None:
+        self.run(["migrate", "-v", "0"], database_url)
+
+    def side(self, database_url: str, *args: str) -> dict[str, Any]:
+        """One call of ``lib/ourside.py`` inside this tree (its code, its interpreter): the
+        JSON object it prints."""
+        env = self.env(database_url, BENCH_TREE=str(self.root))
+        out = run([self.python, str(LIB / "ourside.py"), *args], env=env, cwd=self.root)
+        return json.loads(out.strip().splitlines()[-1])
+
+    def compile(self) -> str:
+        """Compile the tree's packages with its interpreter (into their ``__pycache__``
+        folders, which git ignores): a measured process never compiles source, and Python
+        checks each file against its source at import, so an edited module never runs stale."""
+        dirs = [str(self.root / p) for p in PROJECT_PACKAGES if (self.root / p).is_dir()]
+        proc = subprocess.run(
+            [self.python, "-m", "compileall", "-q", "-j", "1", *dirs],
+            capture_output=True,
+            check=False,
+        )
+        return "compiled before the runs" if proc.returncode == 0 else "compiling failed"
+
+    def facts(self) -> dict[str, str]:
+        """What identifies this tree's code and interpreter in a result."""
+        version = subprocess.run(
+            [
+                self.python,
+                "-c",
+                "import django, platform; print(platform.python_version(), django.get_version())",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=self.root,
+        ).stdout.split()
+        python, django = [*version, "?", "?"][:2]
+        return {
+            f"tree {self.name}": f"{self.root} at {git_commit(self.root)}",
+            f"tree {self.name} Python / Django": f"{python} ({self.python}) / {django}",
+            f"tree {self.name} bytecode": self.compile(),
+        }
+
+
+OWN = Tree("ours", ROOT, PY)
 
 
 # --- machine facts and result files -----------------------------------------------------------
@@ -283,11 +416,7 @@ def pg_facts() -> dict[str, str]:
         "shared_buffers",
         "synchronous_commit",
         "fsync",
-        "wal_level",
         "max_connections",
-        "work_mem",
-        "effective_cache_size",
-        "random_page_cost",
         "jit",
         "autovacuum",
     )
@@ -298,52 +427,31 @@ def pg_facts() -> dict[str, str]:
         return {"PostgreSQL": f"not reachable ({exc.__class__.__name__})"}
 
 
-def git_commit() -> str:
+def git_commit(root: Path = ROOT) -> str:
+    """The short commit of a checkout, ``+changes`` when its tracked files differ from it."""
     try:
-        return subprocess.run(
+        head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
             capture_output=True,
             text=True,
             check=False,
         ).stdout.strip()
     except OSError:
         return "unknown"
+    return (head or "unknown") + (" +changes" if dirty else "")
 
 
-# The project's own packages: run from the source tree, not installed.
-PROJECT_PACKAGES = ("audit", "inbox", "runs", "console", "core", "config", "bench")
-
-
-def compile_project() -> str:
-    """Compile the project's modules to bytecode once, before any measured process starts.
-
-    Every process a benchmark starts runs with ``PYTHONDONTWRITEBYTECODE=1`` (they write
-    none of their own), so without this each executor compiled the project's
-    source (about 40 modules, ``inbox/transitions.py`` the largest) on every start: about
-    0.3 s of CPU that a cold round billed four times at K = 4. ``machine_facts`` calls it, and
-    every benchmark calls that first. The peer and Django are installed by pip,
-    which compiles them at install time; this gives our modules the same footing. The files go
-    to the usual ``__pycache__`` folders (ignored by git); Python checks each against its
-    source's size and time at import, so an edited module is never run stale.
-    """
-    import compileall
-
-    ok = all(
-        compileall.compile_dir(str(ROOT / package), quiet=1, workers=1)
-        for package in PROJECT_PACKAGES
-    )
-    return (
-        "compiled before the runs"
-        if ok
-        else "compiling failed: the sources were compiled at each start"
-    )
-
-
-def machine_facts() -> dict[str, str]:
-    """The run's conditions for its result file (and the bytecode compiled: one of them)."""
-    import django
-
+def machine_facts(trees: Sequence[Tree] = (OWN,)) -> dict[str, str]:
+    """The run's conditions for its result file: call it first (the load average at start, and
+    every tree's bytecode compiled before any measured process)."""
     try:
         import psycopg
 
@@ -353,24 +461,21 @@ def machine_facts() -> dict[str, str]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
     facts = {
         "date (UTC)": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
-        "git commit": git_commit(),
         "cores (nproc)": str(os.cpu_count()),
         "CPU": _cpu_model(),
         "RAM": _meminfo_gib(),
         "load average (1/5/15 min) at start": " / ".join(f"{x:.2f}" for x in load),
         "OS": platform.platform(),
-        "Python": platform.python_version(),
-        "Django": django.get_version(),
-        "psycopg": psycopg_version,
+        "psycopg (this interpreter)": psycopg_version,
         "SQLite": sqlite3.sqlite_version,
         "pgbench": shutil.which("pgbench") or "not found",
-        "project bytecode": compile_project(),
     }
+    for tree in trees:
+        facts.update(tree.facts())
     facts.update(pg_facts())
     facts["settings used"] = (
-        "DJANGO_DEBUG=0, LOG_LEVEL=WARNING, CONN_MAX_AGE="
-        f"{CONN_MAX_AGE} (persistent, health checks on); SQLite: WAL, synchronous=FULL, "
-        "transaction_mode=IMMEDIATE, busy_timeout=30 s (the project's defaults)"
+        f"DJANGO_DEBUG=0, LOG_LEVEL=WARNING, CONN_MAX_AGE={CONN_MAX_AGE} (persistent, health "
+        "checks on); SQLite: the project's WAL, synchronous=FULL, IMMEDIATE, 30 s busy timeout"
     )
     return facts
 
@@ -379,8 +484,11 @@ def utc_stamp() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def write_result(name: str, title: str, body: Sequence[str], facts: dict[str, str]) -> Path:
-    """Write ``bench/results/<name>-<timestamp>.md``: the tables, then the machine facts."""
+def write_result(
+    name: str, title: str, body: Sequence[str], facts: dict[str, str], raw: Any = None
+) -> Path:
+    """Write ``var/bench/results/<name>-<timestamp>.md`` (the tables, then the machine facts)
+    and, given ``raw``, the same name with ``.json`` beside it. Never committed."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}-{utc_stamp()}.md"
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
@@ -388,7 +496,17 @@ def write_result(name: str, title: str, body: Sequence[str], facts: dict[str, st
     lines = [f"# {title}", "", *body, "", "## Machine and settings", ""]
     lines += [table(["fact", "value"], facts.items()), ""]
     path.write_text("\n".join(lines))
+    if raw is not None:
+        path.with_suffix(".json").write_text(json.dumps(raw, default=str, indent=1))
     return path
+
+
+def finish(name: str, title: str, body: Sequence[str], facts: dict[str, str], raw: Any = None):
+    """Print the report and write it (``write_result``); say where."""
+    say()
+    say("\n".join(body))
+    path = write_result(name, title, body, facts, raw)
+    say(f"\nwrote {path.relative_to(ROOT)}")
 
 
 def arg_parser(doc: str) -> argparse.ArgumentParser:
@@ -396,7 +514,7 @@ def arg_parser(doc: str) -> argparse.ArgumentParser:
     (what it measures, example commands) as the epilog, laid out as written."""
     return argparse.ArgumentParser(
         description=doc.split("\n\n")[0],
-        epilog=doc.split("\n\n", 1)[1],
+        epilog=doc.split("\n\n", 1)[1] if "\n\n" in doc else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 

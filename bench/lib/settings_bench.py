@@ -1,4 +1,5 @@
-"""Settings for the console benchmark: the product's settings plus the benchmark-only stock admin.
+"""Settings for the console benchmark: the product's settings plus the benchmark-only stock
+admin (``bench/stockadmin``), the yardstick the console's lists are compared with.
 
 Only ``bench/console.py`` loads this module; the product never registers the proxy model.
 """
