@@ -150,6 +150,10 @@ def run(args: argparse.Namespace) -> tuple[list[dr.Round], list[Enqueue]]:
 # --- report -----------------------------------------------------------------------------------
 
 
+def repeats(args: argparse.Namespace) -> str:
+    return f"{args.repeat} repeat{'s' if args.repeat > 1 else ''}"
+
+
 def _ms(value: float) -> str:
     return "n/a" if value != value else f"{value:.2f}"
 
@@ -230,7 +234,7 @@ def compare_report(f: Figures, args: argparse.Namespace) -> list[str]:
     return [
         f"{len(names)} trees side by side: "
         + "; ".join(f"{t.name} = {t.root} ({bl.git_commit(t.root)})" for t in args.trees)
-        + f". N = {args.jobs:,} jobs a round, {args.repeat} repeats; figures are medians; "
+        + f". N = {args.jobs:,} jobs a round, {repeats(args)}; figures are medians; "
         "enqueue: N/2 jobs one by one and N/2 in batches of 1,000 before every cold round.",
         "",
         bl.table(headers, rows),
@@ -269,7 +273,7 @@ def single_report(f: Figures, args: argparse.Namespace) -> list[str]:
             (BACKENDS[backend], system, mode, round(mine), f.enqueues(backend, system, mode), vs)
         )
     return [
-        f"N = {args.jobs:,} jobs a round, {args.repeat} repeats; figures are medians. Drain "
+        f"N = {args.jobs:,} jobs a round, {repeats(args)}; figures are medians. Drain "
         "rate = jobs / (last completion − first claim), read from the database.",
         "",
         "## Drain rate (jobs/s)",
@@ -361,6 +365,9 @@ def main() -> None:
     if not args.no_peer:
         facts["django-tasks-db"] = dr.peer_version()
     facts["executor flags"] = args.executor_args or "(defaults)"
+    pythons = {v.split()[0] for k, v in facts.items() if k.endswith("Python / Django")}
+    if len(pythons) > 1:
+        bl.say(f"note: the trees run different Python versions ({', '.join(sorted(pythons))})")
     bl.say(
         f"throughput: N={args.jobs:,}, {args.repeat} repeats, trees {[t.name for t in args.trees]}"
     )

@@ -1,20 +1,16 @@
--- The batched lifecycle ceiling (bench/throughput.py): our executor's shape in pure SQL on our own
--- tables (inbox_job, audit_auditevent with its append-only triggers, inbox_finishedcount). One
--- pgbench "transaction" is a batch of 10 jobs, written as our executor writes them:
+-- The batched ceiling (bench/lib/drains.py drain_pgbench): our executor's shape in pure SQL on our
+-- own tables (inbox_job, audit_auditevent with its append-only triggers, inbox_finishedcount).
+-- One pgbench "transaction" is a batch of 10 jobs, written as our executor writes them:
 --   1. claim: pick 10 READY ids of a scope that is not paused with SKIP LOCKED, one guarded
---      UPDATE ... RETURNING that claims and begins them (READY -> EXECUTING, as
---      inbox.transitions.claim_and_begin_jobs) and sends their whole rows to the client (the
---      executor runs the jobs from them), their CLAIMED, STARTED and AUTHORIZED audit rows in one
---      INSERT, one transaction;
+--      UPDATE ... RETURNING that claims and begins them (READY -> EXECUTING) and sends their whole
+--      rows to the client (the executor runs the jobs from them), their CLAIMED, STARTED and
+--      AUTHORIZED audit rows in one INSERT, one transaction;
 --   2. complete: one guarded UPDATE of the 10 on their claims (EXECUTING -> SUCCEEDED) that sends
 --      back the sealed columns (the executor re-checks each seal), their EXECUTED and SUCCEEDED
---      audit rows, and the client's per-minute count of finished jobs (the throughput chart's
---      inbox_finishedcount, one row per client and minute), a second transaction.
--- The same rows, columns and event details as ours: only Python is missing. (Until 2026-12-03
--- this script sent no rows back, skipped the pause check and wrote no count: see
--- bench/results/ANALYSIS-20261203.md. Until inbox 0012 its claim, like ours, ordered by plain
--- created_at; its plan, made once after the round's ANALYZE said every row was READY, could take
--- the creation-order index and walk every finished job: see ANALYSIS-20261203b.md.)
+--      audit rows, and the client's per-minute count of finished jobs (one row per client and
+--      minute), a second transaction.
+-- The same rows, columns and event details as ours: only Python is missing. The claim orders by
+-- the same expression as ours, so it takes the same index.
 -- Run with -M prepared and N / 10 transactions in all (N READY jobs loaded).
 BEGIN;
 WITH picked AS MATERIALIZED (

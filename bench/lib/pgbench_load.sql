@@ -1,5 +1,5 @@
 -- N READY NOOP jobs for one pgbench round (setup, not measured). Parameters: mission, N.
--- The payload is the document our own load stores (bench/ourside.py noop_document).
+-- The payload is the document our own load stores (bench/lib/ourside.py noop_document).
 INSERT INTO inbox_job (
     job_id, job_version, mission_id, job_type, scope, object_id, vault_path, payload, state,
     idempotency_key, requested_by, worker_id, claim_id, attempt_count, max_attempts,
