@@ -1,4 +1,4 @@
-"""Run every benchmark at small sizes (`make bench`): about ten minutes on a 2-core machine.
+"""Run every benchmark at small sizes (`make bench`): minutes on a 2-core machine.
 
 Each benchmark prints its tables and writes var/bench/results/<name>-<timestamp>.md. The sizes
 below only shrink the scripts' own defaults, which are the full-size runs (see bench/README.md):
