@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 import uuid
 
-import benchlib as bl
+from lib import base as bl
 
 DB = bl.db_name("api")
 
@@ -121,8 +121,7 @@ def main() -> None:
     parser.add_argument("--type", default="SAVE_OBJECT", choices=["SAVE_OBJECT", "NOOP"])
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
-    if not bl.pg_available():
-        raise SystemExit(f"api_enqueue: PostgreSQL at {bl.PG_BASE} is not reachable")
+    bl.require_pg("api_enqueue")
     facts = bl.machine_facts()
     bl.recreate_pg_db(DB)
     url = bl.pg_url(DB)
@@ -221,9 +220,7 @@ def main() -> None:
         f"- jobs stored: {stored:,} (expected {expected:,})",
         f"- cores: {os.cpu_count()}; client processes, gunicorn and PostgreSQL share them",
     ]
-    bl.say("\n".join(body))
-    path = bl.write_result("api-enqueue", "Producer API batch enqueue rate", body, facts)
-    bl.say(f"\nwrote {path.relative_to(bl.ROOT)}")
+    bl.finish("api-enqueue", "Producer API batch enqueue rate", body, facts)
     if not args.keep_db:
         bl.drop_pg_db(DB)
 

@@ -1,17 +1,15 @@
 """Console latency at scale: p50/p95 of every console page next to the stock Django admin.
 
 Setup (not measured): a PostgreSQL database with --jobs jobs across all states and types and
---events audit events (default 1,000,000 and 3,000,000), generated server-side with
-INSERT … SELECT over generate_series with the secondary indexes dropped and rebuilt, then
-VACUUM ANALYZE; the throughput chart's per-minute counts are made from the finished jobs. Rows
-are valid: every sealed job's fingerprint is the sha256 the product computes (checked on a
-sample before measuring).
+--events audit events (default 1,000,000 and 3,000,000), generated server-side
+(``lib/dataset.py``). Rows are valid: every sealed job's fingerprint is the sha256 the product
+computes (checked on a sample before measuring).
 
 Measured: each page --requests times (default 30, after --warmup) through Django's test Client
 in this process — server time: URL routing, middleware, view, queries, template rendering; no
 network or browser. Each page's queries are captured once (count, and any COUNT without a LIMIT,
 i.e. an unbounded count). The stock admin is a default ModelAdmin on a proxy of Job registered
-only by bench/settings_bench.py.
+only by bench/lib/settings_bench.py.
 
     .venv/bin/python bench/console.py                         # 1M jobs / 3M events
     .venv/bin/python bench/console.py --jobs 20000 --events 60000   # what `make bench` runs
@@ -21,205 +19,16 @@ only by bench/settings_bench.py.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import benchlib as bl
+from lib import base as bl
+from lib import dataset
 
 DB = bl.db_name("console")
-
-
-# --- the load (setup) -------------------------------------------------------------------------
-
-STATE_SQL = """CASE
-    WHEN b < 800 THEN 'SUCCEEDED' WHEN b < 840 THEN 'READY' WHEN b < 850 THEN 'CLAIMED'
-    WHEN b < 860 THEN 'EXECUTING' WHEN b < 900 THEN 'FAILED' WHEN b < 910 THEN 'OUTCOME_UNKNOWN'
-    WHEN b < 950 THEN 'REJECTED' WHEN b < 960 THEN 'RECONCILED' ELSE 'CREATED' END"""
-
-
-def _q(expr: str) -> str:
-    """A JSON string value or null, for the canonical fingerprint text."""
-    return f"COALESCE('\"' || {expr} || '\"', 'null')"
-
-
-JOBS_SQL = f"""
-INSERT INTO inbox_job (
-    job_id, job_version, mission_id, job_type, scope, object_id, vault_path, approval_id,
-    payload, state, idempotency_key, requested_by, worker_id, claim_id, claimed_at, lease_until,
-    attempt_count, max_attempts, result_code, last_error, supersedes, note, fingerprint,
-    created_at, updated_at
-)
-SELECT
-    job_id, 1, mission, jt, scope, obj, path, appr,
-    jsonb_strip_nulls(jsonb_build_object(
-        'job_id', job_id, 'job_version', 1, 'mission_id', mission, 'job_type', jt,
-        'object_id', obj, 'vault_path', path, 'idempotency_key', ikey,
-        'content', content, 'provenance_hash', ph, 'source_commit', sc,
-        'delete_request_id', drid, 'expected_provenance_hash', eph)),
-    st, ikey, 'producer-' || mod(i, 5),
-    CASE WHEN held_once THEN 'executor-' || scope || '-' || mod(i, 4) ELSE '' END,
-    CASE WHEN held_once THEN md5(i::text) ELSE '' END,
-    CASE WHEN held_once THEN created + interval '1 second' END,
-    CASE WHEN st IN ('CLAIMED', 'EXECUTING')
-         THEN statement_timestamp() + (mod(i, 90) - 15) * interval '1 second' END,
-    CASE WHEN held_once THEN 1 + (mod(i, 3) = 0)::int ELSE 0 END,
-    5,
-    CASE st WHEN 'SUCCEEDED' THEN 'OK' WHEN 'FAILED' THEN 'HASH_MISMATCH'
-            WHEN 'OUTCOME_UNKNOWN' THEN 'UNKNOWN' WHEN 'REJECTED' THEN 'APPROVAL_DENIED'
-            WHEN 'RECONCILED' THEN 'CONFIRMED_DELETED' ELSE '' END,
-    CASE WHEN st IN ('FAILED', 'REJECTED', 'OUTCOME_UNKNOWN') THEN 'benchmark row' ELSE '' END,
-    NULL, '',
-    CASE WHEN st = 'CREATED' THEN '' ELSE encode(sha256(convert_to(
-        '{{"approval_id":' || {_q("appr")} || ',"delete_request_id":' || {_q("drid")}
-        || ',"expected_commit":null,"expected_provenance_hash":' || {_q("eph")}
-        || ',"job_type":"' || jt || '","mission_id":"' || mission || '","object_id":"' || obj
-        || '","provenance_hash":' || {_q("ph")} || ',"source_commit":' || {_q("sc")}
-        || ',"vault_path":"' || path || '"}}', 'UTF8')), 'hex') END,
-    created,
-    created + CASE WHEN st IN ('CREATED', 'READY') THEN interval '0' ELSE interval '2 s' END
-FROM (
-    SELECT s.*,
-        st NOT IN ('CREATED', 'READY') AS held_once,
-        CASE WHEN jt = 'SAVE_OBJECT' THEN '# Note ' || i END AS content,
-        CASE WHEN jt = 'SAVE_OBJECT'
-             THEN encode(sha256(convert_to('# Note ' || i, 'UTF8')), 'hex') END AS ph,
-        CASE WHEN jt = 'SAVE_OBJECT' THEN 'c' || mod(i, 997) END AS sc,
-        CASE WHEN jt = 'DELETE_OBJECT' THEN 'r' || i END AS drid,
-        CASE WHEN jt = 'DELETE_OBJECT'
-             THEN encode(sha256(convert_to('old ' || i, 'UTF8')), 'hex') END AS eph,
-        CASE WHEN jt = 'DELETE_OBJECT' AND st <> 'CREATED' THEN 'ap-' || i END AS appr,
-        lower(jt) || ':' || obj || ':' || i AS ikey
-    FROM (
-        SELECT i, b, {STATE_SQL} AS st,
-            'job-' || lpad(i::text, 8, '0') AS job_id,
-            CASE WHEN mod(i, 20) < 12 THEN 'SAVE_OBJECT' WHEN mod(i, 20) < 16 THEN 'DELETE_OBJECT'
-                 ELSE 'NOOP' END AS jt,
-            CASE WHEN mod(i, 20) < 12 THEN 'save' WHEN mod(i, 20) < 16 THEN 'delete'
-                 ELSE 'noop' END AS scope,
-            'm-' || (i / 100) AS mission,
-            'obj-' || i AS obj,
-            'notes/obj-' || i || '.md' AS path,
-            statement_timestamp() - (%(n)s - i) * interval '2 seconds' AS created
-        FROM (SELECT i, mod(i::bigint * 7919, 1000) AS b FROM generate_series(1, %(n)s) AS i) g
-    ) s
-) t
-"""
-
-EVENTS_SQL = """
-INSERT INTO audit_auditevent (job_id, run_id, event_type, actor, result_code, detail, created_at)
-SELECT j.job_id, NULL,
-    CASE k WHEN 0 THEN 'REQUESTED'
-           WHEN 1 THEN CASE WHEN j.state = 'CREATED' THEN 'OPERATOR_ACTION' ELSE 'READY' END
-           ELSE CASE j.state WHEN 'CLAIMED' THEN 'CLAIMED' WHEN 'EXECUTING' THEN 'STARTED'
-                WHEN 'READY' THEN 'LEASE_EXPIRED' WHEN 'CREATED' THEN 'OPERATOR_ACTION'
-                ELSE j.state END END,
-    CASE WHEN k = 0 OR j.worker_id = '' THEN j.requested_by ELSE j.worker_id END,
-    CASE WHEN k >= 2 THEN j.result_code ELSE '' END,
-    jsonb_build_object('from', CASE k WHEN 0 THEN NULL WHEN 1 THEN 'CREATED' ELSE 'READY' END,
-                       'to', CASE k WHEN 0 THEN 'CREATED' WHEN 1 THEN 'READY' ELSE j.state END,
-                       'object_id', j.object_id),
-    j.created_at + k * interval '500 milliseconds'
-FROM inbox_job j CROSS JOIN generate_series(0, %(per_job)s - 1) AS k
-ORDER BY j.job_id, k
-"""
-
-# What the executors would have counted as the jobs finished (inbox.FinishedCount, one shard):
-# every minute of the generated history, so the throughput chart reads a table of its real size.
-COUNTS_SQL = """
-INSERT INTO inbox_finishedcount (minute, scope, state, shard, finished)
-SELECT date_trunc('minute', updated_at, 'UTC'), scope, state, 0, count(*)
-FROM inbox_job WHERE state IN ('SUCCEEDED', 'FAILED', 'OUTCOME_UNKNOWN')
-GROUP BY 1, 2, 3
-"""
-
-SECONDARY_INDEXES_SQL = """
-SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
-FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
-WHERE t.relname = ANY(%s)
-  AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
-"""
-
-
-def load(jobs: int, events: int) -> dict[str, float]:
-    """Create, migrate and fill the database; return the setup timings."""
-    import psycopg
-
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-    bl.recreate_pg_db(DB)
-    bl.migrate(bl.pg_url(DB))
-    timings["create + migrate"] = time.perf_counter() - t
-    tables = ["inbox_job", "audit_auditevent"]
-    with psycopg.connect(bl.pg_url(DB), autocommit=True) as conn:
-        conn.execute("SET maintenance_work_mem = '512MB'")
-        indexes = conn.execute(SECONDARY_INDEXES_SQL, [tables]).fetchall()
-        for name, _ in indexes:
-            conn.execute(f"DROP INDEX {name}")
-        t = time.perf_counter()
-        conn.execute(JOBS_SQL, {"n": jobs})
-        timings[f"insert {jobs:,} jobs"] = time.perf_counter() - t
-        t = time.perf_counter()
-        conn.execute(EVENTS_SQL, {"per_job": max(1, events // jobs)})
-        timings[f"insert {max(1, events // jobs) * jobs:,} events"] = time.perf_counter() - t
-        t = time.perf_counter()
-        conn.execute(COUNTS_SQL)
-        timings["per-minute throughput counts"] = time.perf_counter() - t
-        t = time.perf_counter()
-        for _, definition in indexes:
-            conn.execute(definition)
-        timings[f"rebuild {len(indexes)} secondary indexes"] = time.perf_counter() - t
-        t = time.perf_counter()
-        conn.execute("VACUUM (ANALYZE) inbox_job")
-        conn.execute("VACUUM (ANALYZE) audit_auditevent")
-        conn.execute("VACUUM (ANALYZE) inbox_finishedcount")
-        timings["VACUUM ANALYZE"] = time.perf_counter() - t
-        # Kept with the data, so a --reuse run still reports what the load cost.
-        record = {"at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "timings": timings}
-        conn.execute(f'COMMENT ON DATABASE "{DB}" IS {_literal(json.dumps(record))}')
-    return timings
-
-
-def _literal(text: str) -> str:
-    """A SQL string literal (COMMENT takes no parameters)."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def recorded_load() -> dict[str, Any] | None:
-    """The timings the load of this database recorded (None: loaded before they were kept)."""
-    import psycopg
-
-    with psycopg.connect(bl.pg_url(DB), autocommit=True, connect_timeout=5) as conn:
-        row = conn.execute(
-            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
-            [DB],
-        ).fetchone()
-    try:
-        return json.loads(row[0]) if row and row[0] else None
-    except ValueError:
-        return None
-
-
-def setup_note(timings: dict[str, float], *, at: str = "") -> str:
-    total = sum(timings.values())
-    steps = "; ".join(f"{k} {v:.1f} s" for k, v in timings.items())
-    when = f", loaded {at}" if at else ""
-    return f"- setup (not measured{when}): {total / 60:.1f} min in all: {steps}"
-
-
-def loaded_counts() -> tuple[int, int] | None:
-    import psycopg
-
-    try:
-        with psycopg.connect(bl.pg_url(DB), autocommit=True, connect_timeout=5) as conn:
-            j = conn.execute("SELECT count(*) FROM inbox_job").fetchone()[0]
-            e = conn.execute("SELECT count(*) FROM audit_auditevent").fetchone()[0]
-            return j, e
-    except Exception:
-        return None
 
 
 # --- the measurement --------------------------------------------------------------------------
@@ -253,7 +62,7 @@ class Page:
         return bl.percentile(self.times_ms, 95)
 
 
-# Issue 15: every console page, deep pages included, p95 < 100 ms; the scrape < 50 ms.
+# The goals: every console page, deep pages included, p95 < 100 ms; the scrape < 50 ms.
 PAGE_GOAL_MS = 100.0
 METRICS_PAGE = "metrics (Prometheus scrape)"
 GOAL_MS = {METRICS_PAGE: 50.0}
@@ -274,7 +83,7 @@ def _full_table(sql: str) -> bool:
 def setup_django() -> None:
     os.environ.update(bl.BASE_ENV)
     os.environ["DATABASE_URL"] = bl.pg_url(DB)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings_bench"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.lib.settings_bench"
     import django
 
     django.setup()
@@ -459,7 +268,7 @@ def build_pages(t: dict[str, list[str]]) -> list[Page]:
         Page("workers", [reverse("console:workers")]),
         Page("our admin: job changelist", ["/admin/inbox/job/"]),
         Page("stock admin: job changelist", ["/admin/stockadmin/stockjob/"]),
-        # Issue 13: a Prometheus scrape (the test client is a loopback caller).
+        # A Prometheus scrape (the test client is a loopback caller).
         Page(METRICS_PAGE, [reverse("console:metrics")]),
     ]
 
@@ -610,24 +419,23 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    if not bl.pg_available():
-        raise SystemExit(f"console: PostgreSQL at {bl.PG_BASE} is not reachable")
+    bl.require_pg("console")
     facts = bl.machine_facts()
     notes: list[str] = []
     per_job = max(1, args.events // args.jobs)
     args.events = per_job * args.jobs
-    if args.reuse and loaded_counts() == (args.jobs, args.events):
+    if args.reuse and dataset.loaded_counts(DB) == (args.jobs, args.events):
         bl.migrate(bl.pg_url(DB))  # indexes added by migrations since the load
         notes.append(f"- reused the loaded database {DB} (migrated to the current schema)")
-        record = recorded_load()
+        record = dataset.recorded_load(DB)
         if record:
-            notes.append(setup_note(record["timings"], at=record.get("at", "")))
+            notes.append(dataset.setup_note(record["timings"], at=record.get("at", "")))
     else:
         bl.say(f"console: loading {args.jobs:,} jobs and {args.events:,} events into {DB} …")
-        timings = load(args.jobs, args.events)
+        timings = dataset.load(DB, args.jobs, args.events)
         for step, seconds in timings.items():
             bl.say(f"  {step}: {seconds:.1f} s")
-        notes.append(setup_note(timings))
+        notes.append(dataset.setup_note(timings))
     setup_django()
     notes.append("- " + check_fingerprints())
     notes.append("- " + disk_usage())
@@ -636,11 +444,8 @@ def main() -> None:
     bl.say(f"console: {args.requests} requests per page")
     measure(pages, requests=args.requests, warmup=args.warmup, profile=args.profile_over)
     body = report(pages, args, notes)
-    bl.say()
-    bl.say("\n".join(body))
     facts["measured through"] = "django.test.Client in-process (server time)"
-    path = bl.write_result("console", "Console latency at scale", body, facts)
-    bl.say(f"\nwrote {path.relative_to(bl.ROOT)}")
+    bl.finish("console", "Console latency at scale", body, facts)
     if not args.keep_db:
         from django.db import connections
 

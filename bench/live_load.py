@@ -20,8 +20,8 @@ are.
 
 Measured, rounds alternating quiet / loaded (``--repeats`` each, default 3):
 - **drain rate**: N jobs bulk-loaded READY in a paused scope, K ``run_executor`` processes
-  started and registered, then the scope resumed (the throughput benchmark's
-  ``drain_ours_warm``: N / first claim → last completion, read back from the database; the
+  started and registered, then the scope resumed (``lib/drains.py``
+  ``drain_warm``: N / first claim → last completion, read back from the database; the
   executors are long-running processes, so their Python start-up is not part of the drain;
   ``--cold`` starts them with the jobs waiting instead); quiet = no operator, loaded = the
   operators polling from ``--warmup`` seconds before the resume until the drain is over;
@@ -54,8 +54,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from urllib.parse import urljoin
 
-import benchlib as bl
-import throughput as tp
+from lib import base as bl
+from lib import drains as dr
 
 DB = bl.db_name("live")
 K = 4
@@ -308,7 +308,7 @@ def start_web(env: dict[str, str], port: int, workers: int) -> subprocess.Popen:
         env=env,
         cwd=bl.ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=open(bl.VAR / "logs" / "live-gunicorn.log", "w"),  # noqa: SIM115
+        stderr=open(bl.LOGS / "live-gunicorn.log", "w"),  # noqa: SIM115
     )
     deadline = time.monotonic() + 60
     while True:
@@ -366,7 +366,7 @@ def drain_round(
     cold: bool = False,
 ) -> DrainResult:
     mission = f"live-{mode}-{repeat}"
-    r = tp.Round("ours", "pg", K, repeat, n)
+    r = dr.Round("ours", "pg", K, repeat, n)
     cpu_before = time.process_time()
     marks: dict[str, tuple[float, float]] = {}
 
@@ -380,13 +380,13 @@ def drain_round(
         marks[when] = (web_cpu_seconds(web), time.perf_counter())
 
     if cold:
-        tp.ours_json(url, "load", "--n", str(n), "--mission", mission)
+        bl.OWN.side(url, "load", "--n", str(n), "--mission", mission)
         operators_in()
         at("start")
-        tp.drain_ours(url, r, mission, [], direct=False)
+        dr.drain_cold(bl.OWN, url, r, mission)
         at("end")
     else:
-        tp.drain_ours_warm(url, r, mission, [], before_release=operators_in, at=at)
+        dr.drain_warm(bl.OWN, url, r, mission, before_release=operators_in, at=at)
     (web0, start), (web1, end) = marks["start"], marks["end"]
     result = DrainResult(mode, repeat, r.span_rate, r.note)
     # The cores gunicorn used while the executors ran: what the console took from the drain.
@@ -412,7 +412,7 @@ def poll_cost(
 ) -> list[tuple]:
     """CPU per poll of every poller, unchanged (with the version shown) and forced to render."""
     # One READY job for the job page's watcher (drained with the first round's jobs).
-    tp.ours_json(url, "load", "--n", "1", "--mission", "watch")
+    bl.OWN.side(url, "load", "--n", "1", "--mission", "watch")
     load = Load(port, [session], ["watch-0000000"])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     rows = []
@@ -657,14 +657,13 @@ def main() -> None:
     )
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards")
     args = parser.parse_args()
-    if not bl.pg_available():
-        raise SystemExit(f"live_load: PostgreSQL at {bl.PG_BASE} is not reachable")
+    bl.require_pg("live_load")
     facts = bl.machine_facts()
     bl.recreate_pg_db(DB)
     url = bl.pg_url(DB)
     bl.migrate(url)
     static = bl.VAR / "live-static"
-    (bl.VAR / "logs").mkdir(parents=True, exist_ok=True)
+    bl.LOGS.mkdir(parents=True, exist_ok=True)
     env = bl.django_env(
         url,
         CONSOLE_ENV="production",
@@ -699,9 +698,7 @@ def main() -> None:
         web.terminate()
         web.wait(timeout=30)
     body = report(args, drains, costs, facts)
-    bl.say("\n".join(body))
-    path = bl.write_result("live-load", "The console under live load", body, facts)
-    bl.say(f"\nwrote {path.relative_to(bl.ROOT)}")
+    bl.finish("live-load", "The console under live load", body, facts)
     if not args.keep_db:
         bl.drop_pg_db(DB)
 

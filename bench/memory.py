@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import benchlib as bl
+from lib import base as bl
 
 DB = bl.db_name("memory")
 
@@ -38,20 +38,18 @@ def one_run(args: argparse.Namespace, rep: int) -> dict:
 
     url = bl.pg_url(DB)
     mission = f"mem-r{rep}"
-    bl.run(
-        [bl.PY, str(bl.BENCH / "ourside.py"), "load", "--n", str(args.jobs), "--mission", mission],
-        env=bl.django_env(url),
-    )
-    cmd, _direct = bl.executor_command(args.executor_args.split())
-    bl.VAR.mkdir(parents=True, exist_ok=True)
+    bl.OWN.side(url, "load", "--n", str(args.jobs), "--mission", mission)
+    cmd = [*bl.OWN.manage, "run_executor", "--scope", "noop", "--exit-when-idle"]
+    cmd += args.executor_args.split()
+    bl.LOGS.mkdir(parents=True, exist_ok=True)
     samples: list[tuple[float, int, int, int]] = []  # (t, done, rss KiB, hwm KiB)
     with (
-        open(bl.VAR / f"{DB}-r{rep}.log", "w") as log,
+        open(bl.LOGS / f"{DB}-r{rep}.log", "w") as log,
         psycopg.connect(url, autocommit=True) as conn,
     ):
         start = time.perf_counter()
         proc = subprocess.Popen(
-            cmd, env=bl.django_env(url), cwd=bl.ROOT, stdout=log, stderr=subprocess.STDOUT
+            cmd, env=bl.OWN.env(url), cwd=bl.ROOT, stdout=log, stderr=subprocess.STDOUT
         )
         while proc.poll() is None:
             rss, hwm = proc_kib(proc.pid, "VmRSS"), proc_kib(proc.pid, "VmHWM")
@@ -113,8 +111,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    if not bl.pg_available():
-        raise SystemExit(f"memory: PostgreSQL at {bl.PG_BASE} is not reachable")
+    bl.require_pg("memory")
     facts = bl.machine_facts()
     bl.recreate_pg_db(DB)
     bl.migrate(bl.pg_url(DB))
@@ -123,9 +120,10 @@ def main() -> None:
 
         with psycopg.connect(bl.pg_url("postgres"), autocommit=True) as conn:
             conn.execute(f'ALTER DATABASE "{DB}" SET synchronous_commit = off')
+    command = f"run_executor --scope noop --exit-when-idle {args.executor_args}".strip()
     body = [
-        f"One `run_executor --scope noop --exit-when-idle {args.executor_args}`".rstrip()
-        + f" process draining {args.jobs:,} NOOP jobs on PostgreSQL; VmRSS and VmHWM sampled "
+        f"One `{command}`"
+        f" process draining {args.jobs:,} NOOP jobs on PostgreSQL; VmRSS and VmHWM sampled "
         f"every {args.interval} s from /proc with the completed count from the database.",
         "",
         "The database runs with synchronous_commit = off for this benchmark only (commits do "
@@ -135,12 +133,6 @@ def main() -> None:
         else "The database keeps the server's synchronous_commit.",
         "",
     ]
-    if bl.executor_command()[1]:
-        body += [
-            "**`manage.py run_executor` was not available: measured the fallback loop "
-            "(bench/ourside.py `work`: claim_next_jobs → begin_job → complete_job).**",
-            "",
-        ]
     growths = []
     for rep in range(1, args.repeats + 1):
         bl.say(f"memory: run {rep}: draining {args.jobs:,} jobs …")
@@ -161,9 +153,7 @@ def main() -> None:
         + ", ".join(f"{g:+.1f} %" for g in growths)
         + f" → {verdict}. Goal: within 10 %."
     )
-    bl.say(body[-1])
-    path = bl.write_result("memory", "Executor memory (RSS) over a long drain", body, facts)
-    bl.say(f"\nwrote {path.relative_to(bl.ROOT)}")
+    bl.finish("memory", "Executor memory (RSS) over a long drain", body, facts)
     if not args.keep_db:
         bl.drop_pg_db(DB)
 

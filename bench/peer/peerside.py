@@ -1,6 +1,6 @@
 """The peer's side of the throughput benchmark: django-tasks-db, run with its own venv.
 
-Mirrors ``bench/ourside.py`` and prints one JSON object per call:
+Mirrors ``bench/lib/ourside.py`` and prints one JSON object per call:
 ``enqueue`` (N no-op tasks through ``Task.enqueue``, one commit each or one transaction for all),
 ``load`` (bulk rows for the drain rounds: setup) and ``span`` (a round read back from the
 database: first start to last finish of the tasks started since a given time).
