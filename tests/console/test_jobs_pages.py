@@ -120,7 +120,7 @@ def test_job_list_pages_without_count_and_bounded_queries(
         first = client.get(reverse("console:job_list"))
     html = first.content.decode()
     assert "Next →" in html
-    # Keyset paging (issue 12): the next page is the rows after the last one shown, named by a
+    # Keyset paging: the next page is the rows after the last one shown, named by a
     # cursor in the link, never an OFFSET.
     next_url = re.search(r'rel="next" href="([^"]+)"', html)
     assert next_url and "after_row=" in next_url.group(1)

@@ -1,4 +1,4 @@
-"""A worker frozen inside a transaction never freezes anyone else (DESIGN §1.4, issue 11).
+"""A worker frozen inside a transaction never freezes anyone else.
 
 Each test stops a real worker process (SIGSTOP, ``core.faults``) at one of its transaction
 points while it holds row locks, as a paused VM, a long GC pause or a half-dead network would.
@@ -47,7 +47,7 @@ from tests.faults.support import (
 pytestmark = pytest.mark.slow
 
 BOUND = 15.0  # seconds anyone else may wait on a frozen worker
-OPERATOR_BOUND = 3.0  # seconds an operator waits for "a worker holds this job" (issue 11)
+OPERATOR_BOUND = 3.0  # seconds an operator waits for "a worker holds this job"
 LEASE = 3
 IDLE_MS = 12_000  # the server ends a frozen transaction after this long
 EXECUTOR = ("run_executor", "--exit-when-idle", "--lease", str(LEASE), "--batch", "4")
