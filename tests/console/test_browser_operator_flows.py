@@ -78,7 +78,7 @@ def _nav_fits(page) -> None:
     assert all(box["x"] >= 0 and box["x"] + box["width"] <= right for box in boxes), boxes
 
 
-# --- 12.1 the jobs list ---------------------------------------------------------------------------
+# --- the jobs list --------------------------------------------------------------------------------
 
 
 def test_jobs_list_at_1280_shows_key_columns_and_rows_change_in_place(browser_pages, live_server):
@@ -185,7 +185,7 @@ def test_jobs_list_column_chooser_remembers(browser_pages, live_server):
     assert page.locator("[data-column-choice=mission]").is_checked()
 
 
-# --- 12.2 trouble flags ---------------------------------------------------------------------------
+# --- trouble flags --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -237,7 +237,7 @@ def test_orphaned_job_is_flagged_on_the_list_and_its_page(browser_pages, live_se
     expect(page.locator("#job-summary")).to_contain_text("the sweep will offer it again (READY)")
 
 
-# --- 12.3 job detail ------------------------------------------------------------------------------
+# --- job detail -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -264,7 +264,7 @@ def test_job_page_refreshes_every_panel_then_stops_when_terminal(browser_pages, 
     screenshot(page, f"flow-job-terminal-{_size(size)}")
 
 
-# --- 12.4 actions never blank the page ------------------------------------------------------------
+# --- actions never blank the page -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -328,7 +328,7 @@ def test_refusal_server_error_and_lost_connection_show_a_message_in_place(
     assert Job.objects.get(job_id=other.job_id).state == JobState.READY
 
 
-# --- 12.5 approvals -------------------------------------------------------------------------------
+# --- approvals ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -359,7 +359,7 @@ def test_approvals_whole_queue_and_bulk_with_four_eyes_preview(browser_pages, li
     assert Job.objects.get(job_id=own.job_id).state == JobState.CREATED
 
 
-# --- 12.6 cancel ----------------------------------------------------------------------------------
+# --- cancel ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -388,7 +388,7 @@ def test_cancel_from_the_job_page_and_in_bulk(browser_pages, live_server, size):
     assert {Job.objects.get(job_id=j.job_id).result_code for j in many} == {"CANCELLED"}
 
 
-# --- 12.7 audit -----------------------------------------------------------------------------------
+# --- audit ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -421,7 +421,7 @@ def test_audit_columns_named_and_detail_expands_wrapped(browser_pages, live_serv
     screenshot(page, f"flow-audit-{_size(size)}")
 
 
-# --- 12.8 search, 12.9 charts, 12.10 times --------------------------------------------------------
+# --- search, charts, times ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -471,7 +471,7 @@ def test_times_show_zone_and_age_that_ticks(browser_pages, live_server, size):
     screenshot(page, f"flow-times-{_size(size)}")
 
 
-# --- 12.5 what a consolidation delete keeps, 12.10 styled error pages --------------------------
+# --- what a consolidation delete keeps, styled error pages ----------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -106,7 +106,7 @@ def test_job_page_times_carry_their_zone(client, viewer):
     assert re.search(r"\d\d:\d\d:\d\d UTC</time> <span class=\"age muted\"", html)
 
 
-# --- errors in place (12.4) -----------------------------------------------------------------------
+# --- errors in place ----------------------------------------------------------------------------
 
 
 def test_no_page_loads_the_debug_script_that_swaps_error_pages_over_the_document(

@@ -92,7 +92,7 @@ def test_executor_killed_at_a_transaction_point_runs_no_delete_twice(proc_db_via
             assert target.read_text(encoding="utf-8") == doc["content"]
         else:
             assert deletes[job_id] <= 1, f"DELETE {job_id} executed twice"
-            # A DELETE whose claim outlived its worker is parked, never requeued (§1.3).
+            # A DELETE whose claim outlived its worker is parked, never requeued.
             expected = {"SUCCEEDED"} if point == "claim" else {"SUCCEEDED", "OUTCOME_UNKNOWN"}
             assert final[job_id] in expected
     if scope == "delete" and point != "claim":

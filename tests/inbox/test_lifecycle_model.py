@@ -5,7 +5,7 @@ approve, deny, claim (named, or the next ones of a scope), renew, begin, complet
 unknown, release, cancel, lapse (the clock moves: every call passes ``at=``), sweep, retry,
 reconcile and diagnose through ``inbox.transitions`` — and stale workers' late writes: every
 holder step may use any claim ever handed out, current or long lost. A plain Python model of
-§1.3 predicts each step. After every step:
+the lifecycle's states and transitions predicts each step. After every step:
 
 - every row equals the model (state, claim, worker, lease, attempts, result code);
 - a refused step changed nothing: no row (``updated_at`` included) and no audit event, except
