@@ -291,7 +291,7 @@ RUNS_CONSOLIDATOR = os.environ.get("RUNS_CONSOLIDATOR", "runs.consolidators.Vaul
 # flagged stuck, as is one whose owner's heartbeat is dead; stuck is derived, never stored.
 RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300"))
 
-# --- Tasks: django.tasks through the inbox (README "Background tasks") ---------------------------
+# --- Tasks: django.tasks through the inbox (docs/tasks.md) --------------------------------------
 # Each queue is an executor scope: `manage.py run_executor --scope default` runs its tasks.
 TASKS = {"default": {"BACKEND": "inbox.tasks.InboxTaskBackend", "QUEUES": ["default"]}}
 # Largest JSON of a task's arguments, and of its return value (kept in the audit trail), bytes.

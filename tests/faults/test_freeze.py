@@ -10,9 +10,9 @@ logs the lost connection, finds its claims fenced, reconnects, goes on and exits
 writes nothing the fence should refuse: no job runs twice, no DELETE executes twice.
 
 On SQLite a process frozen while it holds the write lock blocks every writer until it dies
-(there is no server to end it; the README says so); the SQLite test shows the bounded side:
-every other writer gives up within its busy timeout, writes nothing, and all goes on once the
-frozen process is gone.
+(there is no server to end it; docs/operations.md says so); the SQLite test shows the bounded
+side: every other writer gives up within its busy timeout, writes nothing, and all goes on once
+the frozen process is gone.
 """
 
 from __future__ import annotations
