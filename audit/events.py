@@ -1,4 +1,4 @@
-"""The only creator of audit events (DESIGN §2).
+"""The only creator of audit events; events are never updated or deleted.
 
 Call it inside the transaction of the change it describes, so the event and the change commit or
 roll back together.

@@ -1,6 +1,6 @@
 """Rolling the audit app's migrations back erases the history: refused unless a setting says so.
 
-DESIGN §2: events are never deleted, "not by rolling a migration back". ``migrate audit zero``
+Events are never deleted, not even by rolling a migration back. ``migrate audit zero``
 used to drop the table (and ``migrate audit 0001`` the triggers) and exit 0. Two guards, both
 read ``settings.AUDIT_ALLOW_ERASING_HISTORY`` (default False; the environment variable of the
 same name set to 1 turns it on, see config/settings.py):
@@ -28,7 +28,7 @@ class HistoryErasureRefused(CommandError):
 
     def __init__(self, what: str) -> None:
         super().__init__(
-            f"refused: {what} would erase the audit history (DESIGN §2: events are never "
+            f"refused: {what} would erase the audit history (audit events are never "
             f"deleted). If that is really meant, set {SETTING}=1 in the environment "
             f"(settings.{SETTING} = True) for this one command."
         )

@@ -1,4 +1,4 @@
-"""The append-only audit log (DESIGN §2).
+"""The append-only audit log: events are never updated or deleted, by any path.
 
 Rows are created only by ``audit.events.record_event``. Updates and deletes are refused by the
 model, the queryset, the admin and, last and strongest, by database triggers (migration 0002).

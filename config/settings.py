@@ -85,7 +85,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
-# --- Hardening (issue 11): request guards and error pages (console/middleware.py) -----------
+# --- Hardening: request guards and error pages (console/middleware.py) ---------------------
 # NUL bytes are refused before the session or any view reads the request; view exceptions
 # become styled 400/403/404 pages and a busy database a 503, in DEBUG and production alike.
 MIDDLEWARE.insert(
@@ -285,10 +285,11 @@ INBOX_APPROVAL_TTL_SECONDS = int(os.environ.get("INBOX_APPROVAL_TTL_SECONDS", st
 INBOX_JOB_TYPES: dict = {}
 # The consolidator runs use (dotted path to a class or factory; see runs/consolidators.py).
 RUNS_CONSOLIDATOR = os.environ.get("RUNS_CONSOLIDATOR", "runs.consolidators.VaultDeduplicator")
-# An effectively active run without progress for longer than this is flagged stuck (DESIGN §3).
+# An effectively active run (its lease still running) without progress for longer than this is
+# flagged stuck, as is one whose owner's heartbeat is dead; stuck is derived, never stored.
 RUNS_STUCK_AFTER_SECONDS = int(os.environ.get("RUNS_STUCK_AFTER_SECONDS", "300"))
 
-# --- Tasks: django.tasks through the inbox (README "Background tasks") ---------------------------
+# --- Tasks: django.tasks through the inbox (docs/tasks.md) --------------------------------------
 # Each queue is an executor scope: `manage.py run_executor --scope default` runs its tasks.
 TASKS = {"default": {"BACKEND": "inbox.tasks.InboxTaskBackend", "QUEUES": ["default"]}}
 # Largest JSON of a task's arguments, and of its return value (kept in the audit trail), bytes.
@@ -311,7 +312,7 @@ LOGGING = {
     },
 }
 
-# --- Ecosystem: /metrics, the producer API, JSON logs, retention (issue 13) ------------------
+# --- Ecosystem: /metrics, the producer API, JSON logs, retention ----------------------------
 # /metrics answers a request with "Authorization: Bearer <METRICS_TOKEN>"; without the setting
 # it answers loopback clients only (and refuses what a proxy forwarded: X-Forwarded-For).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "").strip()
@@ -335,7 +336,7 @@ if LOG_FORMAT == "json":
     LOGGING["formatters"]["json"] = {"()": "core.logs.JsonFormatter"}
     LOGGING["handlers"]["stderr"]["formatter"] = "json"
 
-# --- Hardening (issue 11): max_attempts >= 1, the audit's history ---------------------------------
+# --- Hardening: max_attempts >= 1, the audit's history -------------------------------------------
 # The database refuses a job with max_attempts < 1 (a check constraint); refuse the setting that
 # would make every new job violate it here, at start-up, with a message that names it.
 if INBOX_MAX_ATTEMPTS < 1:
@@ -347,7 +348,7 @@ if INBOX_MAX_ATTEMPTS < 1:
 AUDIT_ALLOW_ERASING_HISTORY = os.environ.get("AUDIT_ALLOW_ERASING_HISTORY", "") == "1"
 # --- end of the hardening block ----------------------------------------------------------------
 
-# --- Hardening (issue 11): login throttling with django-axes -------------------------------------
+# --- Hardening: login throttling with django-axes ------------------------------------------------
 # LOGIN_FAILURE_LIMIT failed logins for one user name, or from one address, lock that user name
 # or address out for LOGIN_COOLOFF_MINUTES; a success resets the count. Admins see lockouts under
 # Admin → Axes (delete an attempt to clear it) and clear them with `manage.py axes_reset` (or
@@ -379,7 +380,7 @@ if AXES_FAILURE_LIMIT < 1 or CONSOLE_TRUSTED_PROXIES < 0:
     )
 # --- end of the hardening block ----------------------------------------------------------------
 
-# --- Live regions shared between operators (issue 15; console/livecache.py) --------------------
+# --- Live regions shared between operators (console/livecache.py) ------------------------------
 # A poll of a global region (the dashboard's) within this share of its poll interval of another
 # operator's is answered from that reading: at most that much older than the database, and read
 # once per interval share and web process however many operators watch. 0 turns sharing off.

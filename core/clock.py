@@ -1,5 +1,5 @@
-"""The one clock: the database's (DESIGN §1.4). Every lease, run and heartbeat time comes from
-here, so hosts with skewed wall clocks agree; ``at=`` pins it in tests."""
+"""The one clock: the database's, never a worker's wall clock. Every lease, run and heartbeat
+time comes from here, so hosts with skewed wall clocks agree; ``at=`` pins it in tests."""
 
 from __future__ import annotations
 

@@ -4,9 +4,10 @@ PostgreSQL takes ``FOR UPDATE`` row locks; SQLite has none (``select_for_update`
 there) and relies on its IMMEDIATE transactions, which hold the database's write lock from the
 first statement. Either way the guarded UPDATE that follows re-checks every condition.
 
-No wait is unbounded (DESIGN §1.4): every PostgreSQL session runs with ``lock_timeout``,
-``statement_timeout`` and ``idle_in_transaction_session_timeout`` (settings ``DB_*``). Directly
-connected they are connection options; behind PgBouncer in transaction-pooling mode
+No wait is unbounded (a worker frozen inside a transaction must not freeze anyone else): every
+PostgreSQL session runs with ``lock_timeout``, ``statement_timeout`` and
+``idle_in_transaction_session_timeout`` (settings ``DB_*``). Directly connected they are
+connection options; behind PgBouncer in transaction-pooling mode
 (``DATABASE_POOLER=pgbouncer``) a server connection is shared, so they are set with
 ``SET LOCAL`` at the start of every transaction instead (``install_session_settings``).
 """

@@ -1,4 +1,4 @@
-"""JSON log lines with the worker, job and claim in hand (``LOG_FORMAT=json``, issue 13).
+"""JSON log lines with the worker, job and claim in hand (``LOG_FORMAT=json``).
 
 A stdlib ``logging.Formatter`` and two kinds of context, so every process — web, workers and
 maintenance commands — writes one JSON object a line that a log shipper can index:

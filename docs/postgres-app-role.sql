@@ -1,4 +1,5 @@
--- Run the console on PostgreSQL as a role that does not own its tables (DESIGN §2).
+-- Run the console on PostgreSQL as a role that does not own its tables, so that nothing it
+-- runs can rewrite or delete audit events, not even by disabling the triggers that refuse it.
 --
 -- The audit table's triggers refuse UPDATE, DELETE and TRUNCATE, but the table's owner may
 -- disable or drop them (ALTER TABLE ... DISABLE TRIGGER, DROP TABLE). So the console, its

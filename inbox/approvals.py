@@ -1,4 +1,5 @@
-"""Four-eyes decisions on DELETE jobs (DESIGN §1.6).
+"""Four-eyes decisions on DELETE jobs: a user with the approve permission who is not the
+requester approves or denies, with a reason.
 
 Owns the ``Approval`` rows: approve, deny, revoke, and the re-check the executor makes right
 before executing. Job state still changes only through ``inbox.transitions`` (``mark_ready``,

@@ -101,7 +101,7 @@ def check_worker_privileges(
         checks.Error(
             "the database role cannot do what workers do: " + "; ".join(missing),
             hint="Run docs/postgres-app-role.sql as the tables' owner after every migrate "
-            "(the README's PostgreSQL section).",
+            "(the README's Deployment section).",
             id="inbox.E011",
         )
     ]

@@ -1,4 +1,4 @@
-"""Is this database fit for worker processes? (DESIGN §1.4)
+"""Is this database fit for worker processes? (Two workers must never both hold one job.)
 
 SQLite is safe for several worker processes on one host only in WAL mode with IMMEDIATE
 transactions; anything else could hand one job to two workers or fail with "database is

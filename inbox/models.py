@@ -1,4 +1,4 @@
-"""Jobs, approvals, worker heartbeats and scope pauses (DESIGN §1, §4).
+"""Jobs, approvals, worker heartbeats, scope pauses and producer tokens.
 
 State, claim and lease fields of ``Job`` are written only by ``inbox.transitions``; the
 querysets here are read filters.
@@ -179,7 +179,8 @@ class ApprovalDecision(models.TextChoices):
 
 
 class Approval(models.Model):
-    """A four-eyes decision on one DELETE job (DESIGN §1.6)."""
+    """A four-eyes decision on one DELETE job: approved or denied by someone other than its
+    requester, with an expiry the executor re-checks right before it deletes."""
 
     approval_id = models.CharField(max_length=64, primary_key=True)
     job_id = models.CharField(max_length=200, db_index=True)
@@ -209,7 +210,7 @@ class WorkerStatus(models.TextChoices):
 
 
 class Worker(models.Model):
-    """A worker process's heartbeat row (DESIGN §4)."""
+    """A worker process's heartbeat row: id, kind, host, pid, started, last seen, counters."""
 
     worker_id = models.CharField(max_length=200, primary_key=True)
     kind = models.CharField(max_length=32)
@@ -237,7 +238,8 @@ class Worker(models.Model):
         return f"{self.kind} {self.worker_id}"
 
     def dead_after(self) -> dt.timedelta:
-        """A worker not seen for 3 × poll + lease is dead (DESIGN §4, issue 3)."""
+        """A worker not seen for 3 × poll + lease is dead: three missed beats, plus a lease
+        so that a worker busy with one long job is not judged dead while it still holds it."""
         return dt.timedelta(seconds=3 * self.poll_seconds + self.lease_seconds)
 
 
@@ -255,7 +257,7 @@ class ScopePause(models.Model):
 
 
 class ProducerToken(models.Model):
-    """A producer's API token (issue 13), stored only as its sha256.
+    """A producer's API token, stored only as its sha256.
 
     One active token per producer (a conditional unique constraint); ``inbox.tokens`` makes,
     checks and revokes them. The producer's name becomes ``requested_by`` of the jobs it sends.
@@ -286,7 +288,8 @@ class ProducerToken(models.Model):
         return f"token {self.prefix}… of {self.producer} [{state}]"
 
 
-# Where a job's execution ends (DESIGN §4 "throughput"): SUCCEEDED, FAILED or OUTCOME_UNKNOWN.
+# Where a job's execution ends (what the dashboard's throughput counts): SUCCEEDED, FAILED or
+# OUTCOME_UNKNOWN.
 FINISHED_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.OUTCOME_UNKNOWN)
 
 

@@ -1,4 +1,4 @@
-"""Reconciliation of OUTCOME_UNKNOWN jobs from evidence (DESIGN §1.7).
+"""Reconciliation of OUTCOME_UNKNOWN jobs from evidence.
 
 Read-only toward the vault: it probes the object (present? current hash?) and records the
 evidence in the audit event of whatever it decides. The automatic reconciler does only the
@@ -268,7 +268,7 @@ class Assessment:
 
 
 def decide(job: Job, evidence: Evidence | None) -> str:
-    """The auto-reconcile rule (DESIGN §1.7), written once: only an absent object is decided
+    """The auto-reconcile rule, written once: only an absent object is decided
     (CONFIRM); a present one is annotated with its diagnosis unless it already carries it."""
     if job.state != JobState.OUTCOME_UNKNOWN or evidence is None:
         return SKIP

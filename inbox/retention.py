@@ -1,4 +1,4 @@
-"""Retention for the inbox (issue 13): delete finished jobs and long-dead heartbeat rows.
+"""Retention for the inbox: delete finished jobs and long-dead heartbeat rows.
 
 Deleting a job is not a state change, so it does not go through ``inbox.transitions``; it lives
 here, in one place, with the same habit: the DELETE carries every guard in its WHERE clause. A
@@ -8,7 +8,7 @@ that moved meanwhile is never deleted. Work goes in small batches, each its own 
 transaction; on PostgreSQL a batch skips rows another transaction holds right now (they wait
 for the next prune) instead of waiting on them.
 
-Never deleted: audit events (DESIGN §2: a pruned job's trail stays in the log, by job id).
+Never deleted: audit events (the log is append-only: a pruned job's trail stays in it, by job id).
 Deleted with the jobs (same cut, their own batches): the throughput chart's per-minute counts
 (``FinishedCount``) of minutes before the cut.
 

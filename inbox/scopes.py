@@ -1,4 +1,4 @@
-"""Operator pauses of executor scopes (issue 3 §5).
+"""Operator pauses of executor scopes.
 
 Owns ``ScopePause`` rows. A paused scope is not claimed by any executor (they check every turn
 and say so). Every change records an OPERATOR_ACTION event with who, what and why. Callers: the

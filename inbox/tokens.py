@@ -1,4 +1,4 @@
-"""Producer API tokens (issue 13): make, check and revoke them.
+"""Producer API tokens: make, check and revoke them.
 
 Owns ``ProducerToken`` rows. A token is ``jrc_`` plus 43 URL-safe characters (256 random bits);
 only its sha256 is stored, so the database never holds a usable secret and ``create_token``

@@ -1,4 +1,5 @@
-"""The filesystem vault the jobs mutate (DESIGN §1.2, §1.7).
+"""The filesystem vault the jobs mutate: SAVE writes, DELETE compares and deletes, and
+reconciliation only looks.
 
 Owns every filesystem access under ``settings.VAULT_ROOT``: the atomic SAVE, the
 compare-and-delete and the read-only ``probe`` used by reconciliation. Callers:
@@ -11,9 +12,9 @@ component at a time from the root's descriptor with ``O_NOFOLLOW``, so a symlink
 after the check is refused rather than followed: nothing outside the root is ever read, written
 or removed.
 
-Nothing here waits without a bound (DESIGN §1.4, §1.8). An object is looked at (``lstat``)
-before it is opened, and opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked again with
-``fstat``: a FIFO, a device, a socket or a directory at an object's path is refused
+Nothing here waits without a bound, and objects are regular files only. An object is looked
+at (``lstat``) before it is opened, and opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked
+again with ``fstat``: a FIFO, a device, a socket or a directory at an object's path is refused
 (``NOT_A_FILE``, a definite failure) without ever blocking in ``open()`` — an ``open()`` of a
 FIFO with no writer would otherwise wait for one forever while the heartbeat kept the lease
 alive. The per-path lock is taken with a deadline (``LOCK_WAIT_SECONDS``). ``probe`` turns any

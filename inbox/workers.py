@@ -1,4 +1,4 @@
-"""Worker heartbeat rows (DESIGN §4).
+"""Worker heartbeat rows.
 
 Owns the ``Worker`` table: a worker registers once, beats while it runs (at most every poll
 interval, never per job) and marks itself stopped on the way out; ``inbox.loop`` does all three

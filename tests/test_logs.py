@@ -1,4 +1,4 @@
-"""JSON logs (issue 13): the formatter, the bound context, and real processes — an executor and
+"""JSON logs: the formatter, the bound context, and real processes — an executor and
 gunicorn — writing nothing but JSON objects, one a line, with LOG_FORMAT=json."""
 
 from __future__ import annotations

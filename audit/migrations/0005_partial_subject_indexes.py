@@ -1,6 +1,6 @@
-"""The job and run indexes of the audit log hold only the events that have a job, or a run
-(issue 15): a job's event has no run, so writing it no longer adds a NULL entry to the run
-index (and a run's event none to the job index). Every lookup by job or run is an equality, which
+"""The job and run indexes of the audit log hold only the events that have a job, or a run:
+a job's event has no run, so writing it no longer adds a NULL entry to the run index (and a
+run's event none to the job index). Every lookup by job or run is an equality, which
 the partial indexes serve. One index write fewer per event on the hottest table.
 
 PostgreSQL builds CONCURRENTLY (not atomic): writers go on while 30M events are indexed.

@@ -1,4 +1,4 @@
-"""SQLite: the event id without AUTOINCREMENT (issue 15, ``audit.models.EventIdField``).
+"""SQLite: the event id without AUTOINCREMENT (``audit.models.EventIdField``).
 
 AUTOINCREMENT made every transaction that records an event also write the ``sqlite_sequence``
 page. Without it SQLite gives a new row one more than the largest id in the table, and since no

@@ -1,4 +1,4 @@
-"""The type index leaves out the routine events (issue 15): the REQUESTED, READY, CLAIMED,
+"""The type index leaves out the routine events: the REQUESTED, READY, CLAIMED,
 STARTED, AUTHORIZED, EXECUTED and SUCCEEDED rows every job writes, and lease renewals, about
 seven of every eight rows of the log. Those types are too common to need an index (a filter on
 one reads the newest events by id and keeps about one in seven); the rare ones an operator

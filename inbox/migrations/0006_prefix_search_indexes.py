@@ -1,4 +1,4 @@
-"""Prefix search on PostgreSQL (issue 12.8): varchar_pattern_ops indexes for object_id and
+"""Prefix search on PostgreSQL: varchar_pattern_ops indexes for object_id and
 mission_id, so ``LIKE 'prefix%'`` is an index range whatever the database's collation.
 
 job_id and idempotency_key already have one: Django creates a ``*_like`` index for every

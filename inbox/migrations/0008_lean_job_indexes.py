@@ -1,4 +1,4 @@
-"""Fewer, better-fitting indexes on the job table (issue 15).
+"""Fewer, better-fitting indexes on the job table (the console at millions of jobs).
 
 - ``job_lease_idx`` becomes (lease_until, job_id) over held jobs: the sweep asks for
   ``ORDER BY lease_until, job_id LIMIT n``, which this index answers in order. An ordered index

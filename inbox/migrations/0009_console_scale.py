@@ -1,4 +1,4 @@
-"""Indexes the console needs at 10M jobs (issue 15).
+"""Indexes the console needs at 10M jobs.
 
 - ``job_held_scope_idx`` (scope) over held jobs: the workers page counts each scope's held jobs;
   the lease index has no scope, so every count read every held row from the heap (at 1M jobs

@@ -1,4 +1,4 @@
-"""The worker index holds only jobs that have a worker (issue 15).
+"""The worker index holds only jobs that have a worker.
 
 ``job_worker_idx`` indexed every job's ``worker_id``, most of them empty: every enqueue wrote an
 entry under the empty key (on SQLite a page of its own in every single-job commit), and every

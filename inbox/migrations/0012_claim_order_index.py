@@ -1,4 +1,4 @@
-"""PostgreSQL: an index only the claim can use, so its plan is made once (issue 15).
+"""PostgreSQL: an index only the claim can use, so its plan is made once.
 
 The executor's turn is one prepared statement (its outcomes and its next claim). PostgreSQL
 planned it anew on every execution: the claim's scope was a parameter, and its generic plan

@@ -1,4 +1,5 @@
-"""The console runs on PostgreSQL as a role that does not own its tables (DESIGN §2, issue 11).
+"""The console runs on PostgreSQL as a role that does not own its tables, so it cannot disable
+the triggers that keep the audit log append-only.
 
 The grants are docs/postgres-app-role.sql, the file the README shows. Through that role the
 console's work goes on (enqueue, executor, a console action, a pause) while every way of

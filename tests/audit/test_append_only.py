@@ -1,4 +1,4 @@
-"""The audit log is append-only (DESIGN §2): the ORM, the admin and raw SQL all refuse to
+"""The audit log is append-only: the ORM, the admin and raw SQL all refuse to
 change or remove an event — the last by database triggers, on SQLite and PostgreSQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The audit history cannot be rewritten or rolled away (DESIGN §2, issue 11).
+"""The audit history cannot be rewritten or rolled away (events are never updated or deleted).
 
 - SQLite: ``INSERT OR REPLACE`` / ``REPLACE INTO`` over an existing event deleted it without
   firing the delete trigger; now refused (``audit_no_replace``). PostgreSQL's equivalent, an

@@ -1,4 +1,4 @@
-"""The audit type index holds the rare types only (audit 0007, issue 15).
+"""The audit type index holds the rare types only (audit 0007).
 
 The routine events every job writes stay out of it; a filter on a rare type must still reach
 the index (SQLite only uses a partial index when the query states its condition), and a filter

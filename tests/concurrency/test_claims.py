@@ -1,4 +1,5 @@
-"""Concurrent claims with real processes (DESIGN §1.4): every job claimed exactly once.
+"""Concurrent claims with real processes: two workers never both hold one job, so every job
+is claimed exactly once.
 
 PostgreSQL: 8 processes over 5,000 jobs; SQLite: 4 processes over 2,000 jobs — the vendor
 follows the suite's ``DATABASE_URL``. The measured figures are printed and written to

@@ -1,5 +1,5 @@
-"""Sixteen producers send the same job document at once (DESIGN §1.6): one row, one creator,
-fifteen replays, no server error."""
+"""Sixteen producers send the same job document at once: a replay with the same content returns
+the stored job, so there is one row, one creator, fifteen replays and no server error."""
 
 from __future__ import annotations
 

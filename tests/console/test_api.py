@@ -1,4 +1,4 @@
-"""The producer API (issue 13): every status code, tokens vs sessions and CSRF, the OpenAPI
+"""The producer API: every status code, tokens vs sessions and CSRF, the OpenAPI
 document, and the route policies of every API route."""
 
 from __future__ import annotations

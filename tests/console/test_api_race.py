@@ -1,4 +1,4 @@
-"""Replay race through HTTP (issue 13): 16 identical POSTs at once against a live server make
+"""Replay race through HTTP: 16 identical POSTs at once against a live server make
 one job; every other answer is a safe replay (200), never an error or a second job."""
 
 from __future__ import annotations

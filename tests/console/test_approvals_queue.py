@@ -1,4 +1,4 @@
-"""The approvals queue (issue 12.5): the whole queue is reachable by pages; bulk approve / deny
+"""The approvals queue: the whole queue is reachable by pages; bulk approve / deny
 with a preview naming the rows this user may not decide and why; each row says what the delete
 keeps (for a consolidation delete, the copy that stays, probed)."""
 

@@ -1,4 +1,4 @@
-"""Browser tests: Playwright drives Debian's chromium against live_server (issue 5).
+"""Browser tests: Playwright drives Debian's chromium against live_server.
 
 Data is made through transitions and services in the test process and committed; the server
 thread reads it. Users log in through a planted session cookie (one context per role), except

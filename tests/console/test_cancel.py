@@ -1,6 +1,6 @@
-"""Cancel (issue 12.6, DESIGN §1.3): an operator cancels a job that has not begun, from its page
-or in bulk with a preview; reason required, audited, refused with a clear message once the job
-began, and nothing written when refused."""
+"""Cancel: an operator cancels a job that has not begun (CREATED, READY, or CLAIMED before
+begin), from its page or in bulk with a preview; reason required, audited, refused with a
+clear message once the job began, and nothing written when refused."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Charts (issue 12.9), times (12.10) and errors in place (12.4): a labelled throughput chart
+"""Charts, times and errors in place: a labelled throughput chart
 with a series per scope and the failed / unknown share; the READY backlog's age per scope; times
 with their zone and age; forms that let the browser check a required reason, and no script
 that swaps an error page over the document."""
@@ -106,7 +106,7 @@ def test_job_page_times_carry_their_zone(client, viewer):
     assert re.search(r"\d\d:\d\d:\d\d UTC</time> <span class=\"age muted\"", html)
 
 
-# --- errors in place (12.4) -----------------------------------------------------------------------
+# --- errors in place ----------------------------------------------------------------------------
 
 
 def test_no_page_loads_the_debug_script_that_swaps_error_pages_over_the_document(

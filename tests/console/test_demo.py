@@ -293,7 +293,7 @@ def test_demo_then_sigint_serves_the_console_and_stops_every_child(proc_db):
             os.kill(pid, 0)
 
 
-# --- the port (issue 12.10) --------------------------------------------------------------------
+# --- the port ----------------------------------------------------------------------------------
 
 
 def test_demo_port_from_flag_env_or_default_in_that_order():

@@ -1,4 +1,4 @@
-"""A probe that cannot get evidence is shown, never a 500 (issue 11): the reconcile page, its
+"""A probe that cannot get evidence is shown, never a 500: the reconcile page, its
 three buttons, "reconcile all unambiguous" and the bulk preview each report "evidence
 unavailable" for that one job and go on with the others.
 

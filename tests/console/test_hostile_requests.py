@@ -1,4 +1,4 @@
-"""Hostile and unlucky requests get a styled answer, never a 500 (issue 11).
+"""Hostile and unlucky requests get a styled answer, never a 500.
 
 - A NUL byte in the path, the query string, a form field (key or value) or a cookie: a styled
   400 before any database query (PostgreSQL refuses NUL in text and used to answer 500).

@@ -54,7 +54,7 @@ def test_job_list_search_matches_each_identifier_by_prefix(client, viewer) -> No
         html = _list(client, q=term)
         assert job.job_id in html, term
         assert other.job_id not in html, term
-        # Issue 12.8: a prefix of any of the four finds the job (an index range).
+        # A prefix of any of the four finds the job (an index range).
         assert job.job_id in _list(client, q=term[:-2]), term
     # Prefix, not substring: the middle of an id finds nothing (that would scan the table).
     assert job.job_id not in _list(client, q=job.job_id[3:])
@@ -120,7 +120,7 @@ def test_job_list_pages_without_count_and_bounded_queries(
         first = client.get(reverse("console:job_list"))
     html = first.content.decode()
     assert "Next →" in html
-    # Keyset paging (issue 12): the next page is the rows after the last one shown, named by a
+    # Keyset paging: the next page is the rows after the last one shown, named by a
     # cursor in the link, never an OFFSET.
     next_url = re.search(r'rel="next" href="([^"]+)"', html)
     assert next_url and "after_row=" in next_url.group(1)

@@ -1,4 +1,4 @@
-"""Keyset pagination (issue 12): the jobs list and the audit log page by cursor, never OFFSET;
+"""Keyset pagination: the jobs list and the audit log page by cursor, never OFFSET;
 pages are stable under inserts; a bad or stale cursor is a 404 or the last page, never a 500."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Live pages (issue 12.1, 12.3): a poll costs a few small queries and no rendering while nothing
+"""Live pages: a poll costs a few small queries and no rendering while nothing
 changed (204); a change comes back as the rows, or as every panel of a job's page at once; a
 terminal job's page stops polling."""
 

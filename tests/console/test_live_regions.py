@@ -1,4 +1,4 @@
-"""Live regions that poll on their own (issue 15.7): the dashboard's five regions, the workers'
+"""Live regions that poll on their own: the dashboard's five regions, the workers'
 processes table and a store's live block on the runs page. Each carries its version; a poll
 that sends it back while nothing changed gets 204 and no body, a change makes it 200 again with
 the new version, and a poll never writes."""

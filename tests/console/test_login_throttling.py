@@ -1,5 +1,5 @@
-"""Login throttling with django-axes (issue 11: "fifty wrong passwords in 19 seconds, then the
-right one works").
+"""Login throttling with django-axes (the failure it stops: fifty wrong passwords in 19
+seconds, then the right one works).
 
 Repeated failures for one user name, or from one address, lock it out for the cool-off; the
 right password does not get in meanwhile. The lockout is the console's login page with the

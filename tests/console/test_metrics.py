@@ -1,4 +1,4 @@
-"""/metrics (issue 13): who may scrape, the metric names and their values on a known data set,
+"""/metrics: who may scrape, the metric names and their values on a known data set,
 the derived states (orphaned jobs, stuck runs) and the audit-event counters."""
 
 from __future__ import annotations

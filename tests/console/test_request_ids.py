@@ -1,4 +1,4 @@
-"""A request id belongs to its user (issue 11): another user's id is a new request of their
+"""A request id belongs to its user: another user's id is a new request of their
 own, never "Already done" with someone else's outcome; a repeat by the same user still acts
 once. The database holds it: request ids are unique per (user, request id)."""
 

@@ -1,4 +1,4 @@
-"""Every id reaches its own route, whatever it starts or ends with (issue 11).
+"""Every id reaches its own route, whatever it starts or ends with.
 
 Job and run ids are producer-chosen text and may contain "/". A route with an id followed by a
 suffix (``jobs/<id>/lease/``) let ``a/lease`` show job ``a``'s lease fragment instead of its

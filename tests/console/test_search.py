@@ -1,4 +1,4 @@
-"""Search (issue 12.8): prefix match on job id, object id, idempotency key and mission id,
+"""Search: prefix match on job id, object id, idempotency key and mission id,
 exact and index-backed on both databases; on PostgreSQL an exact payload key=value filter."""
 
 from __future__ import annotations

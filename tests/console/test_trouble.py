@@ -1,6 +1,7 @@
-"""Trouble shown as trouble (issue 12.2): stuck runs (DESIGN §3) and orphaned jobs (DESIGN §1.4)
-are derived when read, flagged with their reason wherever they are shown, and counted on the
-dashboard's tiles."""
+"""Trouble shown as trouble: stuck runs (an effectively active run whose owner's heartbeat is
+dead, or that has made no progress for too long) and orphaned jobs (CLAIMED or EXECUTING with a
+running lease but a dead holder) are derived when read, flagged with their reason wherever they
+are shown, and counted on the dashboard's tiles."""
 
 from __future__ import annotations
 

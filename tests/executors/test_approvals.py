@@ -1,4 +1,4 @@
-"""Approvals (DESIGN §1.6): four eyes, permission, expiry and revocation at execution time."""
+"""Approvals: four eyes, permission, expiry and revocation at execution time."""
 
 from __future__ import annotations
 

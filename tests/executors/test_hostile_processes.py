@@ -1,4 +1,5 @@
-"""Hostile vault contents against real worker processes (issue 11, DESIGN §1.4, §1.8).
+"""Hostile vault contents against real worker processes: nothing waits without a bound, and
+anything at an object's path that is not a regular file is refused without blocking.
 
 - A FIFO at a SAVE's and at a DELETE's path: the executors finish both jobs as FAILED
   (``NOT_A_FILE``, definite), exit when idle, and answer SIGTERM — before the fix they sat in

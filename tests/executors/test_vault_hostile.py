@@ -1,4 +1,4 @@
-"""Hostile things at an object's path (DESIGN §1.8): the vault refuses anything that is not a
+"""Hostile things at an object's path: the vault refuses anything that is not a
 regular file without blocking, bounds its lock wait, and turns filesystem errors into definite
 failures (delete, before its unlink) or "evidence unavailable" (probe), never a hang or a crash.
 

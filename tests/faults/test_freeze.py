@@ -1,4 +1,4 @@
-"""A worker frozen inside a transaction never freezes anyone else (DESIGN §1.4, issue 11).
+"""A worker frozen inside a transaction never freezes anyone else.
 
 Each test stops a real worker process (SIGSTOP, ``core.faults``) at one of its transaction
 points while it holds row locks, as a paused VM, a long GC pause or a half-dead network would.
@@ -10,9 +10,9 @@ logs the lost connection, finds its claims fenced, reconnects, goes on and exits
 writes nothing the fence should refuse: no job runs twice, no DELETE executes twice.
 
 On SQLite a process frozen while it holds the write lock blocks every writer until it dies
-(there is no server to end it; the README says so); the SQLite test shows the bounded side:
-every other writer gives up within its busy timeout, writes nothing, and all goes on once the
-frozen process is gone.
+(there is no server to end it; docs/operations.md says so); the SQLite test shows the bounded
+side: every other writer gives up within its busy timeout, writes nothing, and all goes on once
+the frozen process is gone.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from tests.faults.support import (
 pytestmark = pytest.mark.slow
 
 BOUND = 15.0  # seconds anyone else may wait on a frozen worker
-OPERATOR_BOUND = 3.0  # seconds an operator waits for "a worker holds this job" (issue 11)
+OPERATOR_BOUND = 3.0  # seconds an operator waits for "a worker holds this job"
 LEASE = 3
 IDLE_MS = 12_000  # the server ends a frozen transaction after this long
 EXECUTOR = ("run_executor", "--exit-when-idle", "--lease", str(LEASE), "--batch", "4")

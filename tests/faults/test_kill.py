@@ -2,7 +2,8 @@
 non-idempotent type: after recovery every SAVE lands and no DELETE is executed twice.
 
 A worker killed inside a transaction leaves it uncommitted (the database rolls it back); the
-jobs it held lapse and the sweep applies DESIGN §1.3. Runs on both databases.
+jobs it held lapse and the sweep applies the lapsed-lease rules (an idempotent job back to
+READY, a non-idempotent one parked as OUTCOME_UNKNOWN). Runs on both databases.
 
 Also: 200 ``pg_terminate_backend`` calls against the executors' sessions during a 5,000-job
 drain (PostgreSQL): nothing is lost, nothing runs twice, every job has one chain of events.
@@ -91,7 +92,7 @@ def test_executor_killed_at_a_transaction_point_runs_no_delete_twice(proc_db_via
             assert target.read_text(encoding="utf-8") == doc["content"]
         else:
             assert deletes[job_id] <= 1, f"DELETE {job_id} executed twice"
-            # A DELETE whose claim outlived its worker is parked, never requeued (§1.3).
+            # A DELETE whose claim outlived its worker is parked, never requeued.
             expected = {"SUCCEEDED"} if point == "claim" else {"SUCCEEDED", "OUTCOME_UNKNOWN"}
             assert final[job_id] in expected
     if scope == "delete" and point != "claim":

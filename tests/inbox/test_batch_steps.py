@@ -1,6 +1,6 @@
 """Batched begin and outcome steps (``begin_jobs`` / ``finish_jobs``): the executor's fast path
 for idempotent types must do exactly what the one-job functions do, row by row, and leave every
-row it cannot move untouched for them (DESIGN §1.3–§1.5)."""
+row it cannot move untouched for them (its state, claim fence, lease and seal all checked)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The claim's choice of rows plans one way only (inbox 0012, issue 15).
+"""The claim's choice of rows plans one way only (inbox 0012).
 
 On PostgreSQL the claim orders by ``created_at AT TIME ZONE 'UTC'``, an order only
 ``job_claim_order_idx`` provides, with its scope and limit in the statement text: PostgreSQL

@@ -1,4 +1,4 @@
-"""Command-line arguments are checked before any database sees them (issue 11).
+"""Command-line arguments are checked before any database sees them.
 
 Every management command of the project derives from ``ConsoleCommand``: a NUL byte or
 non-UTF-8 bytes in any argument, and text longer than the column it is stored in, are refused

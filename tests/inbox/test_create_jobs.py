@@ -1,5 +1,5 @@
 """``create_jobs``: many jobs in one transaction with ``create_job``'s validation, idempotency,
-sealing and audit (DESIGN §1.6, §1.8), and an operator's cancel (§1.3)."""
+sealing and audit, and an operator's cancel of a job that has not begun."""
 
 from __future__ import annotations
 

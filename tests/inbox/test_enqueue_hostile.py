@@ -1,4 +1,4 @@
-"""``enqueue`` refuses a hostile line and goes on with the rest of the file (issue 11).
+"""``enqueue`` refuses a hostile line and goes on with the rest of the file.
 
 An integer literal longer than Python's int-to-string limit used to abort the whole run with a
 traceback, no summary and the rest of the file unread.

@@ -1,4 +1,4 @@
-"""Immutable fields (DESIGN §1.5): a value changed behind the code's back (raw SQL) makes the
+"""Immutable fields: a value changed behind the code's back (raw SQL) makes the
 next transition fail closed with ``ImmutableFieldDrift``; the refusal is recorded once."""
 
 from __future__ import annotations

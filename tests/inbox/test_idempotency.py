@@ -1,4 +1,4 @@
-"""Idempotent creation (DESIGN §1.6): a replay returns the existing job and writes nothing; a
+"""Idempotent creation: a replay returns the existing job and writes nothing; a
 conflicting reuse of a key or job_id is refused and overwrites nothing."""
 
 from __future__ import annotations

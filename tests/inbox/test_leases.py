@@ -1,5 +1,5 @@
 """Leases: fencing of stale holders, the stale sweep with ``at=``, and the database clock
-(DESIGN §1.3, §1.4)."""
+(lease times come from the database, never a worker's wall clock)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,18 @@
-"""A property-based model of the job lifecycle (DESIGN §1.3, §1.4; issue 11).
+"""A property-based model of the job lifecycle: its states, claims and leases.
 
 A Hypothesis ``RuleBasedStateMachine`` drives random sequences of create (and its safe replay),
 approve, deny, claim (named, or the next ones of a scope), renew, begin, complete, fail, mark
 unknown, release, cancel, lapse (the clock moves: every call passes ``at=``), sweep, retry,
 reconcile and diagnose through ``inbox.transitions`` — and stale workers' late writes: every
 holder step may use any claim ever handed out, current or long lost. A plain Python model of
-§1.3 predicts each step. After every step:
+the lifecycle's states and transitions predicts each step. After every step:
 
 - every row equals the model (state, claim, worker, lease, attempts, result code);
 - a refused step changed nothing: no row (``updated_at`` included) and no audit event, except
   the one STALE_WRITE_REJECTED a stale holder's refused write records;
 - a step changed only the rows it should and left exactly its audit events;
 - a non-idempotent job never returns to READY after it began (read from the audit trail,
-  independently of the model) — except by the one path DESIGN §1.3 gives it: a definite FAILED
+  independently of the model) — except by its one way back: a definite FAILED
   (the mutation certainly did not happen) retried by an operator.
 
 Each example runs inside a savepoint rolled back at its end, so examples do not see each
@@ -254,7 +254,7 @@ class LifecycleModel(RuleBasedStateMachine):
         if event_type == "STARTED":
             self.started.add(job_id)
         elif job_id in self.started and detail.get("to") == S.READY:
-            # The one way back (DESIGN §1.3): a definite FAILED (the mutation certainly did not
+            # The one way back: a definite FAILED (the mutation certainly did not
             # happen) retried by an operator. Never a sweep, a release or anything else.
             assert (event_type, detail.get("from")) == ("RETRIED", S.FAILED), (job_id, detail)
             self.started.discard(job_id)
@@ -780,7 +780,7 @@ def test_renewal_to_the_same_lease_end_records_it_and_changes_nothing_else() -> 
 
 def test_begun_delete_returns_to_ready_only_as_failed_and_retried() -> None:
     """Shrunk from the machine: a DELETE begun, FAILED (definitely not applied) and retried by
-    an operator is READY again — DESIGN §1.3's one way back; the invariant allows only it."""
+    an operator is READY again — the lifecycle's one way back; the invariant allows only it."""
     job, claim = _unknown_steps_job()
     transitions.begin_job(job.job_id, claim_id=claim, actor="w-1", at=START)
     transitions.fail_job(job.job_id, claim_id=claim, actor="w-1", result_code="NOT_FOUND", at=START)

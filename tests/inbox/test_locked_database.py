@@ -1,4 +1,4 @@
-"""A command started while another process holds the database lock says so (issue 11).
+"""A command started while another process holds the database lock says so.
 
 Before: on SQLite every command failed its system checks after the busy timeout with
 ``fields.E180 SQLite does not support JSONFields`` — Django's JSON probe runs in an IMMEDIATE

@@ -1,4 +1,4 @@
-"""``max_attempts >= 1`` on every way in (issue 11): the admin form, a service edit, raw SQL,
+"""``max_attempts >= 1`` on every way in: the admin form, a service edit, raw SQL,
 a job type from the settings and the ``INBOX_MAX_ATTEMPTS`` setting.
 
 A job with ``max_attempts = 0`` would fail with MAX_ATTEMPTS the first time its lease lapsed

@@ -1,4 +1,4 @@
-"""Retention for the inbox (issue 13): prune finished jobs (never events), forget dead workers.
+"""Retention for the inbox: prune finished jobs (never events), forget dead workers.
 
 Runs on the suite's database (SQLite by default, PostgreSQL with DATABASE_URL); the last test
 runs the command as a real process against a fresh database of the same kind.

@@ -1,5 +1,6 @@
-"""``run_after`` open to every job type: a producer's scheduled job (DESIGN §1.1). Validated as
-ISO 8601 with a zone, stored in the column the claim filters on, never sealed."""
+"""``run_after`` open to every job type: a producer's scheduled job (a READY job is not claimed
+before it). Validated as ISO 8601 with a zone, stored in the column the claim filters on,
+never sealed."""
 
 from __future__ import annotations
 

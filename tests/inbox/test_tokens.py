@@ -1,4 +1,4 @@
-"""Producer API tokens (issue 13): one active per producer, stored hashed, shown once."""
+"""Producer API tokens: one active per producer, stored hashed, shown once."""
 
 from __future__ import annotations
 

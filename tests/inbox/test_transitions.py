@@ -1,4 +1,4 @@
-"""Every (from, to) pair of the job state machine (DESIGN §1.3), generated from JobState².
+"""Every (from, to) pair of the job state machine, generated from JobState².
 
 An allowed pair writes exactly one audit event of the right type; a refused pair raises
 ``InvalidTransition`` naming the job, the from-state and the to-state and leaves the job row and
@@ -198,8 +198,10 @@ MOVERS: tuple[Mover, ...] = (
     ),
 )
 
-# DESIGN §1.3 (and §1.6's authorization re-check), written out independently of the movers.
-DESIGN_EDGES = frozenset(
+# The job lifecycle's allowed moves (and the executor's re-check of a DELETE's approval right
+# before it runs, which may reject a READY or CLAIMED job), written out independently of the
+# movers: anything not listed here must be refused.
+LIFECYCLE_EDGES = frozenset(
     {
         (S.CREATED, S.READY),
         (S.CREATED, S.REJECTED),
@@ -261,12 +263,12 @@ def _job_in(state: str, mover: Mover) -> Job:
 
 def test_design_edges_are_exactly_the_movers_allowed_pairs():
     implemented = {(f, _target(m, f)) for m in MOVERS for f in m.allowed_from}
-    assert implemented == DESIGN_EDGES
+    assert implemented == LIFECYCLE_EDGES
 
 
 def test_every_state_is_terminal_or_has_a_way_out():
     for state in JobState:
-        leaves = {t for f, t in DESIGN_EDGES if f == state and t != state}
+        leaves = {t for f, t in LIFECYCLE_EDGES if f == state and t != state}
         assert bool(leaves) != (state in TERMINAL), state
 
 
@@ -276,7 +278,7 @@ def test_transition_pair_allowed_writes_one_event_refused_changes_nothing(
 ):
     if mover is None:
         # No transition function produces this pair at all; the design must agree.
-        assert (from_state, to_state) not in DESIGN_EDGES
+        assert (from_state, to_state) not in LIFECYCLE_EDGES
         return
     job = _job_in(from_state, mover)
     row_before, audit_before = _snapshot(job.job_id)

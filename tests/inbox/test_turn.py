@@ -1,7 +1,8 @@
 """The executor's one-write turn (``claim_and_begin_jobs``, ``finish_and_claim_jobs``): it must
 write exactly what the step-by-step functions write — the same rows, the same events with the
 same details, on both databases (PostgreSQL writes the claim's events in SQL, SQLite in
-Python) — and nothing at all when it refuses (DESIGN §1.3–§1.5, issue 15)."""
+Python) — and nothing at all when it refuses (a wrong state, a lost claim, a lapsed lease or a
+drifted seal)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad job documents (DESIGN §1.8) through ``create_job`` and through ``manage.py enqueue``:
+"""Bad job documents through ``create_job`` and through ``manage.py enqueue``:
 every problem is listed at once and nothing is stored — no job, no event."""
 
 from __future__ import annotations

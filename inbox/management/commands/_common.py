@@ -3,7 +3,7 @@ derives from (``ConsoleCommand``: checked arguments), typed argument validators,
 a command-line action, user lookup, ``-v`` and logging set-up. Worker loops live in
 ``inbox.loop``.
 
-Arguments are checked before any database sees them (issue 11): a NUL byte or bytes that are
+Arguments are checked before any database sees them: a NUL byte or bytes that are
 not UTF-8 in *any* argument, and text longer than the column it ends up in (``column(...)``,
 ``text(...)``), are refused with a message that names the argument — never a traceback from
 PostgreSQL ("cannot contain NUL") or a silently truncated value.

@@ -1,4 +1,4 @@
-"""Make a producer's API token and print it once (issue 13)."""
+"""Make a producer's API token and print it once (only its sha256 is stored)."""
 
 from __future__ import annotations
 

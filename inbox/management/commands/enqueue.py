@@ -1,4 +1,5 @@
-"""Read job documents as JSON Lines and store the good ones (DESIGN §1.8)."""
+"""Read job documents as JSON Lines and store the good ones; a bad line is refused with its
+reason and the rest of the file goes on."""
 
 from __future__ import annotations
 

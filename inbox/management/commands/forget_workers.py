@@ -1,4 +1,4 @@
-"""Delete heartbeat rows of workers dead for a long time (issue 13)."""
+"""Delete heartbeat rows of workers dead for a long time (retention, run from cron)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from inbox.transitions import recover_stale_claims_report
 
 class Command(ConsoleCommand):
     help = (
-        "Recover jobs whose lease lapsed (DESIGN 1.3): idempotent ones (SAVE) go back to READY, "
+        "Recover jobs whose lease lapsed: idempotent ones (SAVE) go back to READY, "
         "or FAILED with MAX_ATTEMPTS once out of attempts; non-idempotent ones (DELETE) are "
         "parked as OUTCOME_UNKNOWN, never requeued. Prints what it did; --dry-run prints what it "
         "would do and writes nothing; --loop repeats every --interval seconds as a worker with "

@@ -1,4 +1,4 @@
-"""End a producer's API token (issue 13)."""
+"""End a producer's API token: its next request is refused (401)."""
 
 from __future__ import annotations
 

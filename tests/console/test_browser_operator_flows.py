@@ -1,5 +1,8 @@
-"""Browser tests for issue 12 (Playwright, Debian's chromium, against live_server), each point
-at 1280 and 390 px, with screenshots under ``artifacts/screenshots/issue12-*``.
+"""Browser tests of an operator's everyday flows (Playwright, Debian's chromium, against
+live_server): lists that change in place and poll only while visible, cards on a phone, stuck
+runs and orphaned jobs flagged, errors shown in place, bulk actions with a preview, search,
+charts and times — each at 1280 and 390 px, with screenshots under
+``artifacts/screenshots/flow-*``.
 
 Data is made through transitions and services in the test process and committed; the server
 thread reads it. Changes made here while a page is open are what a worker would do: the page
@@ -75,7 +78,7 @@ def _nav_fits(page) -> None:
     assert all(box["x"] >= 0 and box["x"] + box["width"] <= right for box in boxes), boxes
 
 
-# --- 12.1 the jobs list ---------------------------------------------------------------------------
+# --- the jobs list --------------------------------------------------------------------------------
 
 
 def test_jobs_list_at_1280_shows_key_columns_and_rows_change_in_place(browser_pages, live_server):
@@ -112,7 +115,7 @@ def test_jobs_list_at_1280_shows_key_columns_and_rows_change_in_place(browser_pa
     # The unchanged row is the same DOM node, its tick kept; the page never reloaded.
     assert kept_row.get_attribute("data-mark") == "same"
     assert kept_row.locator("input[type=checkbox]").is_checked()
-    screenshot(page, "issue12-jobs-live-1280")
+    screenshot(page, "flow-jobs-live-1280")
 
 
 def test_jobs_list_polls_only_while_the_tab_is_visible(browser_pages, live_server):
@@ -165,7 +168,7 @@ def test_jobs_list_cards_on_a_phone_and_the_nav_fits(browser_pages, live_server,
         )
         assert display == "block"
         assert page.get_by_text(held.job_id, exact=True).is_visible()
-    screenshot(page, f"issue12-jobs-{_size(size)}")
+    screenshot(page, f"flow-jobs-{_size(size)}")
 
 
 def test_jobs_list_column_chooser_remembers(browser_pages, live_server):
@@ -182,7 +185,7 @@ def test_jobs_list_column_chooser_remembers(browser_pages, live_server):
     assert page.locator("[data-column-choice=mission]").is_checked()
 
 
-# --- 12.2 trouble flags ---------------------------------------------------------------------------
+# --- trouble flags --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -198,7 +201,7 @@ def test_stuck_run_is_flagged_on_runs_and_dashboard_next_to_close(browser_pages,
     assert red in ("rgb(180, 35, 24)", "rgb(248, 113, 113)")  # --bad, light or dark
     expect(card.get_by_role("button", name="Close stuck run")).to_be_visible()
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-runs-stuck-{_size(size)}")
+    screenshot(page, f"flow-runs-stuck-{_size(size)}")
 
     page.goto(live_server.url + "/")
     tile = page.locator("#dashboard-alerts a.tile", has_text="Stuck runs")
@@ -206,7 +209,7 @@ def test_stuck_run_is_flagged_on_runs_and_dashboard_next_to_close(browser_pages,
     runs = page.locator("#dashboard-runs")
     expect(runs.locator(".run-stuck")).to_have_text("stuck")
     _nav_fits(page)
-    screenshot(page, f"issue12-dashboard-stuck-{_size(size)}")
+    screenshot(page, f"flow-dashboard-stuck-{_size(size)}")
     runs.locator("input[name=reason]").fill("owner host decommissioned")
     runs.get_by_role("button", name="Close stuck run").click()
     expect(page.locator("#dashboard-runs")).to_contain_text("closed as abandoned")
@@ -229,12 +232,12 @@ def test_orphaned_job_is_flagged_on_the_list_and_its_page(browser_pages, live_se
     assert "when the lease lapses" in row.locator(".flag").get_attribute("title")
     expect(row.locator(".flag")).to_be_visible()
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-jobs-orphaned-{_size(size)}")
+    screenshot(page, f"flow-jobs-orphaned-{_size(size)}")
     page.goto(f"{live_server.url}/jobs/{job.job_id}/")
     expect(page.locator("#job-summary")).to_contain_text("the sweep will offer it again (READY)")
 
 
-# --- 12.3 job detail ------------------------------------------------------------------------------
+# --- job detail -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -258,10 +261,10 @@ def test_job_page_refreshes_every_panel_then_stops_when_terminal(browser_pages, 
     page.wait_for_timeout(4_000)
     assert polls == []
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-job-terminal-{_size(size)}")
+    screenshot(page, f"flow-job-terminal-{_size(size)}")
 
 
-# --- 12.4 actions never blank the page ------------------------------------------------------------
+# --- actions never blank the page -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -285,7 +288,7 @@ def test_blank_reason_is_stopped_by_the_browser_on_every_action_form(
     page.wait_for_timeout(500)
     assert posts == []
     expect(page.locator("main h1")).to_contain_text(ready.job_id)
-    screenshot(page, f"issue12-required-reason-{_size(size)}")
+    screenshot(page, f"flow-required-reason-{_size(size)}")
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -317,7 +320,7 @@ def test_refusal_server_error_and_lost_connection_show_a_message_in_place(
     form.get_by_role("button", name="Cancel job").click()
     expect(form.locator("[data-client-error]")).to_contain_text("The server failed (500)")
     expect(page.locator("main h1")).to_contain_text(other.job_id)
-    screenshot(page, f"issue12-server-error-{_size(size)}")
+    screenshot(page, f"flow-server-error-{_size(size)}")
     page.unroute("**/job-cancel/**")
     page.route("**/job-cancel/**", lambda route: route.abort())
     form.get_by_role("button", name="Cancel job").click()
@@ -325,7 +328,7 @@ def test_refusal_server_error_and_lost_connection_show_a_message_in_place(
     assert Job.objects.get(job_id=other.job_id).state == JobState.READY
 
 
-# --- 12.5 approvals -------------------------------------------------------------------------------
+# --- approvals ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -345,7 +348,7 @@ def test_approvals_whole_queue_and_bulk_with_four_eyes_preview(browser_pages, li
     expect(preview).to_contain_text("you requested it: someone else must decide (four eyes)")
     expect(preview).to_contain_text("1 ticked row(s) you may decide")
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-approvals-bulk-{_size(size)}")
+    screenshot(page, f"flow-approvals-bulk-{_size(size)}")
     page.locator("#approvals-bulk-reason").fill("copies checked")
     page.on("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Approve ticked").click()
@@ -356,7 +359,7 @@ def test_approvals_whole_queue_and_bulk_with_four_eyes_preview(browser_pages, li
     assert Job.objects.get(job_id=own.job_id).state == JobState.CREATED
 
 
-# --- 12.6 cancel ----------------------------------------------------------------------------------
+# --- cancel ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -370,7 +373,7 @@ def test_cancel_from_the_job_page_and_in_bulk(browser_pages, live_server, size):
     page.get_by_role("button", name="Cancel job").click()
     expect(page.locator("#job-actions")).to_contain_text("Cancelled: the job is REJECTED")
     expect(page.locator("#job-summary .state")).to_have_text("REJECTED")
-    screenshot(page, f"issue12-cancelled-{_size(size)}")
+    screenshot(page, f"flow-cancelled-{_size(size)}")
 
     page.goto(live_server.url + "/jobs/?mission=m-cancel")
     for job in many:
@@ -381,11 +384,11 @@ def test_cancel_from_the_job_page_and_in_bulk(browser_pages, live_server, size):
     page.locator("#bulk-reason").fill("mission withdrawn")
     page.get_by_role("button", name="Cancel not begun").click()
     expect(page.locator("#bulk-result")).to_contain_text("Cancelled 2 job(s)")
-    screenshot(page, f"issue12-bulk-cancel-{_size(size)}")
+    screenshot(page, f"flow-bulk-cancel-{_size(size)}")
     assert {Job.objects.get(job_id=j.job_id).result_code for j in many} == {"CANCELLED"}
 
 
-# --- 12.7 audit -----------------------------------------------------------------------------------
+# --- audit ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -415,10 +418,10 @@ def test_audit_columns_named_and_detail_expands_wrapped(browser_pages, live_serv
     assert pre.evaluate("el => el.scrollWidth <= el.clientWidth + 1")  # wrapped, not clipped
     _no_horizontal_scroll(page)
     _nav_fits(page)
-    screenshot(page, f"issue12-audit-{_size(size)}")
+    screenshot(page, f"flow-audit-{_size(size)}")
 
 
-# --- 12.8 search, 12.9 charts, 12.10 times --------------------------------------------------------
+# --- search, charts, times ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -431,7 +434,7 @@ def test_search_by_prefix_in_the_browser(browser_pages, live_server, size):
     page.wait_for_url(re.compile(r"q=quarterly-cl"))
     expect(page.locator(f"#{dom_id('job-row', hit.job_id)}")).to_be_visible()
     expect(page.locator(f"#{dom_id('job-row', miss.job_id)}")).to_have_count(0)
-    screenshot(page, f"issue12-search-prefix-{_size(size)}")
+    screenshot(page, f"flow-search-prefix-{_size(size)}")
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -449,7 +452,7 @@ def test_dashboard_charts_have_axes_scopes_and_ready_age(browser_pages, live_ser
     expect(page.locator("#dashboard-throughput .legend")).to_contain_text("scope save")
     expect(page.locator("#dashboard-ready")).to_contain_text("oldest waits 7 min")
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-dashboard-charts-{_size(size)}")
+    screenshot(page, f"flow-dashboard-charts-{_size(size)}")
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -465,10 +468,10 @@ def test_times_show_zone_and_age_that_ticks(browser_pages, live_server, size):
     page.wait_for_timeout(2100)
     assert age.inner_text() != first
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-times-{_size(size)}")
+    screenshot(page, f"flow-times-{_size(size)}")
 
 
-# --- 12.5 what a consolidation delete keeps, 12.10 styled error pages --------------------------
+# --- what a consolidation delete keeps, styled error pages ----------------------------------------
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -488,7 +491,7 @@ def test_approvals_row_shows_the_copy_a_consolidation_delete_keeps(
     expect(row.locator(".keeps")).to_contain_text("present, same hash")
     expect(row.locator(".keeps")).to_be_visible()
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-approvals-keeps-{_size(size)}")
+    screenshot(page, f"flow-approvals-keeps-{_size(size)}")
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -503,7 +506,7 @@ def test_unknown_job_and_forbidden_action_show_styled_error_pages(browser_pages,
     expect(page.locator("nav.nav")).to_be_visible()  # the console's own layout, not Django's
     _nav_fits(page)
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-error-404-{_size(size)}")
+    screenshot(page, f"flow-error-404-{_size(size)}")
     # A signed-in account without the view permission: the styled 403, same layout.
     from django.contrib.auth import get_user_model
 
@@ -516,4 +519,4 @@ def test_unknown_job_and_forbidden_action_show_styled_error_pages(browser_pages,
     expect(page.locator(".forbidden code")).to_have_text("inbox.view_job")
     expect(page.locator("nav.nav")).to_be_visible()
     _no_horizontal_scroll(page)
-    screenshot(page, f"issue12-error-403-{_size(size)}")
+    screenshot(page, f"flow-error-403-{_size(size)}")
