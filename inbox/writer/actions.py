@@ -82,7 +82,7 @@ def cancel_jobs(
     job_ids: Sequence[str], *, actor: str, reason: str, at: dt.datetime | None = None
 ) -> Moved:
     """An operator's cancel of jobs that have not begun (CREATED, READY, or CLAIMED before its
-    begin) → REJECTED with ``CANCELLED`` and the reason (DESIGN §1.3). A job that began is
+    begin) → REJECTED with ``CANCELLED`` and the reason. A job that began is
     refused: it ends by its outcome, its lease or reconciliation. A holder of a cancelled
     claim is fenced off like any stale holder."""
     if not (reason or "").strip():

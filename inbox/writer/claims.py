@@ -87,7 +87,7 @@ def claim_and_begin_jobs(
     at: dt.datetime | None = None,
 ) -> list[Job]:
     """READY → CLAIMED → EXECUTING in one guarded UPDATE: the executor's claim of jobs it
-    begins at once (idempotent types that need no approval; DESIGN §1.3's two edges, both
+    begins at once (idempotent types that need no approval; the lifecycle's two edges, both
     recorded), the next ``limit`` of ``scope`` in claim order unless the scope is paused.
 
     Each moved job records CLAIMED, STARTED and AUTHORIZED (the executor's checks: schema and

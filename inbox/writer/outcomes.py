@@ -149,9 +149,9 @@ def _outcome_groups(
 def _retry_guard(
     group: Sequence[Outcome], values: dict[str, Any], retry_in: float | None
 ) -> dict[str, Any]:
-    """What a retry's ``_move`` adds: the claim cleared, ``run_after`` from the database clock,
-    and the guard that only an idempotent type is ever sent back (DESIGN §1.3: a
-    non-idempotent job is never retried blindly), checked on the rows read under lock."""
+    """What a retry's ``Move`` adds: the claim cleared, ``run_after`` from the database clock,
+    and the guard that only an idempotent type is ever sent back (a non-idempotent job is never
+    retried blindly), checked on the rows read under lock."""
     delay = dt.timedelta(seconds=retry_in or 0.0)
     ids = [o.job.job_id for o in group]
 

@@ -60,7 +60,8 @@ class RecoveryReport:
 
 
 def lapsed_outcome(job: Job) -> str:
-    """Where §1.3 sends a job whose lease lapsed: READY, FAILED (max attempts) or UNKNOWN."""
+    """Where a job whose lease lapsed goes: an idempotent one back to READY (or FAILED once
+    its attempts are spent); any other to OUTCOME_UNKNOWN, since its step may have happened."""
     job_type = registry().get(job.job_type)
     if job_type is None or not job_type.idempotent:
         return S.OUTCOME_UNKNOWN
@@ -92,7 +93,8 @@ def recover_stale_claims_report(
     actor: str = "sweeper",
     batch: int = 1000,
 ) -> RecoveryReport:
-    """Apply §1.3's lapsed-lease rules to every held job whose lease ended strictly before now.
+    """Apply the lapsed-lease rules (``lapsed_outcome``) to every held job whose lease ended
+    strictly before now.
 
     Works in batches of at most ``batch`` rows, each one short transaction: lock the lapsed
     rows, group them by where they go, one guarded UPDATE per group (claim and lapse

@@ -49,7 +49,8 @@ class Held:
 
 class Moved(set):
     """The ids a transition moved (a set, so batch callers compare it directly), with the moved
-    rows in input order and every refusal, already recorded where DESIGN asks for a record.
+    rows in input order and every refusal, already recorded where a refusal must leave a record
+    (a stale holder's write, a drifted seal).
 
     ``undone`` lists the ids of a fail-closed batch: a fingerprint drift anywhere undid it all
     and nothing was written; each row must be tried again on its own (a batch of one), which
