@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import connection
 from django.utils.dateparse import parse_datetime
 
 
@@ -18,19 +18,10 @@ def db_now(at: dt.datetime | None = None) -> dt.datetime:
             # statement_timestamp(), not now(): now() is frozen at the transaction's start.
             cursor.execute("SELECT statement_timestamp()")
             return cursor.fetchone()[0]
-    # SQLite's clock is the host's C library clock, shared by every process on the host. Every
-    # job step reads it, and Django's cursor layers (a cursor made, the execute wrappers)
-    # cost several times the statement: it runs on the driver's connection, unless queries
-    # are being logged (DEBUG, a test counting them), which then see it like any other.
-    db = connections[DEFAULT_DB_ALIAS]
-    if db.queries_logged:
-        with db.cursor() as cursor:
-            cursor.execute(_SQLITE_NOW)
-            ((text,),) = cursor.fetchall()
-    else:
-        db.ensure_connection()
-        with db.wrap_database_errors:
-            ((text,),) = db.connection.execute(_SQLITE_NOW).fetchall()
+    # SQLite's clock is the host's C library clock, shared by every process on the host.
+    with connection.cursor() as cursor:
+        cursor.execute(_SQLITE_NOW)
+        ((text,),) = cursor.fetchall()
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 
