@@ -1,4 +1,4 @@
-"""Consolidators: the pluggable planner + applier of consolidation runs (DESIGN §3).
+"""Consolidators: the pluggable planner + applier of consolidation runs.
 
 A consolidator is any object with four methods (``Consolidator`` below). The one in use is named
 by ``settings.RUNS_CONSOLIDATOR`` (a dotted path to a class or a factory); ``get_consolidator``

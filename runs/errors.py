@@ -1,4 +1,4 @@
-"""Domain errors of consolidation runs (DESIGN §3). Every one says what was refused and why.
+"""Domain errors of consolidation runs. Every one says what was refused and why.
 
 Raised by ``runs.transitions`` and the consolidators; commands turn them into ``CommandError``.
 """

@@ -1,4 +1,4 @@
-"""Consolidation runs, their groups and members (DESIGN §3).
+"""Consolidation runs, their groups and members.
 
 Status fields are written only by ``runs.transitions``.
 """
@@ -68,7 +68,7 @@ class Run(models.Model):
     class Meta:
         ordering = ["-started_at"]
         constraints = [
-            # DESIGN §3: at most one status='active' row per store, enforced by the database.
+            # At most one status='active' row per store, enforced by the database.
             models.UniqueConstraint(
                 fields=["store"], condition=Q(status="active"), name="run_one_active_per_store"
             ),

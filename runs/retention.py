@@ -1,4 +1,4 @@
-"""Retention for consolidation runs (issue 13): delete closed runs with their groups and members.
+"""Retention for consolidation runs: delete closed runs with their groups and members.
 
 A run goes when it is closed (any status but ``active``) and was closed (``closed_at``) before
 the cut. Every DELETE — members, then groups, then the run — repeats that test in its own WHERE
@@ -6,7 +6,7 @@ clause through the run it belongs to, so a run that is still active, or that was
 the cut, loses nothing. Members go in batches of ``batch`` rows, each its own short transaction
 (a run can hold many members), then the groups, then the run row. A crash half-way leaves a
 closed, old run with fewer members: the next prune finishes it. Audit events of runs are never
-deleted (DESIGN §2).
+deleted: the audit trail is append-only and outlives the rows it describes.
 
 Deleting rows is not a run transition (``runs.transitions`` stays the only writer of status
 fields). Callers: the ``prune`` command.

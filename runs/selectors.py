@@ -1,4 +1,4 @@
-"""Read-only views of runs for the console, the ``runs`` command and admin (DESIGN §3).
+"""Read-only views of runs for the console, the ``runs`` command and admin.
 
 Nothing here writes: a lapsed ``active`` row is reported as effectively ``expired`` and stays
 ``active`` in the table until the next plan. Callers: console views, management commands.
@@ -157,7 +157,7 @@ def active_runs(*, limit: int = 20) -> list[Run]:
     return with_owner_heartbeat(qs.order_by("store")[:limit])
 
 
-# --- stuck runs (DESIGN §3) -------------------------------------------------------------------
+# --- stuck runs ------------------------------------------------------------------------------
 
 # No progress for longer than this (while the lease still runs) makes a run stuck.
 DEFAULT_STUCK_AFTER_SECONDS = 300
@@ -200,7 +200,7 @@ def with_owner_heartbeat(runs: Iterable[Run]) -> list[Run]:
     """The runs, each with its owner's heartbeat columns (``owner_status`` None: no row), read
     in one query by the worker table's primary key, so ``stuck_reasons`` needs no query of its
     own. Two plain queries cost less than one with four correlated subqueries: building those
-    took 2.9 ms of CPU per call, these 1.1 ms (issue 15; the runs page's live block polls it)."""
+    took 2.9 ms of CPU per call, these 1.1 ms (the runs page's live block polls it)."""
     runs = list(runs)
     ids = {run.worker_id for run in runs}
     rows = Worker.objects.filter(worker_id__in=ids).values("worker_id", *_OWNER_FIELDS.values())
@@ -235,7 +235,7 @@ def _owners(runs: list[Run]) -> dict[str, Worker]:
 def stuck_reasons(runs: Iterable[Run], now: dt.datetime) -> dict[str, Stuck]:
     """{run_id: Stuck} for the effectively active runs among ``runs`` that are stuck.
 
-    Stuck (DESIGN §3): the run holds its store (``status = active`` and its lease runs) but its
+    Stuck: the run holds its store (``status = active`` and its lease runs) but its
     owner's heartbeat is dead — the consolidator's heartbeat row is the one whose ``worker_id``
     is the run's — or it has made no progress (``renewed_at``) for longer than
     ``RUNS_STUCK_AFTER_SECONDS``. At most one query (none for runs read with

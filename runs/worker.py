@@ -1,4 +1,4 @@
-"""The consolidator worker (DESIGN §3, §4); ``manage.py run_consolidator`` starts it.
+"""The consolidator worker; ``manage.py run_consolidator`` starts it.
 
 A ``WorkerLoop`` (``inbox.loop``: heartbeat, signals, database-error backoff, one worker-id
 scheme). One turn: ask ``next_group`` (which plans a run when this worker has none effectively

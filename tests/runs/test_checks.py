@@ -1,4 +1,4 @@
-"""The runs settings are checked by ``manage.py check``, before anything runs (issue 10)."""
+"""The runs settings are checked by ``manage.py check``, before anything runs."""
 
 from __future__ import annotations
 

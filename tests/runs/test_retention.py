@@ -1,4 +1,4 @@
-"""Retention for runs (issue 13): closed runs go with their groups and members; active runs,
+"""Retention for runs: closed runs go with their groups and members; active runs,
 runs closed after the cut and every audit event stay."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Run transitions in one process: every §3 rule with a pinned clock (both databases)."""
+"""Run transitions in one process: every run, group and member rule with a pinned clock
+(both databases)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The consolidator's output (issue 12.10): a line when something changes, not the same lines
+"""The consolidator's output: a line when something changes, not the same lines
 every pass. In-process, real clock, committed transactions."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Close a stuck consolidation run as an operator's action (DESIGN §3)."""
+"""Close a stuck consolidation run as an operator's action."""
 
 from __future__ import annotations
 

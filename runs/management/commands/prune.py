@@ -1,4 +1,4 @@
-"""Delete finished jobs and closed runs older than a cut (issue 13); never audit events."""
+"""Delete finished jobs and closed runs older than a cut; audit events are never deleted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Start the consolidator worker for one store (DESIGN §3, §4)."""
+"""Start the consolidator worker for one store."""
 
 from __future__ import annotations
 

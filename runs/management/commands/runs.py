@@ -1,4 +1,4 @@
-"""List consolidation runs with their effective status and lease (DESIGN §3)."""
+"""List consolidation runs with their effective status and lease."""
 
 from __future__ import annotations
 
