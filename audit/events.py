@@ -86,30 +86,7 @@ def record_events(events: Iterable[Event]) -> int:
     adapt = connection.ops.adapt_datetimefield_value
     columns = "job_id, run_id, event_type, actor, result_code, detail, created_at"
     if connection.vendor != "postgresql":
-        # SQLite: one prepared single-row INSERT run for each row (executemany). Reading the
-        # rows out of one JSON text with json_extract would parse it once per column. The
-        # events of one change share their time: it is adapted once.
-        texts: dict[dt.datetime, str] = {}
-        params = []
-        for item in items:
-            if (text := texts.get(item.at)) is None:
-                text = texts[item.at] = str(adapt(item.at))
-            params.append(
-                (
-                    item.job_id,
-                    item.run_id,
-                    str(item.event_type),
-                    item.actor,
-                    item.result_code or "",
-                    json.dumps(item.detail or {}),
-                    text,
-                )
-            )
-        with prepared_cursor() as cursor:
-            cursor.executemany(
-                f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)", params
-            )
-        return len(items)
+        return _insert_sqlite(items, table, columns)
     rows = [
         {
             "job_id": item.job_id,
@@ -131,6 +108,34 @@ def record_events(events: Iterable[Event]) -> int:
     )
     with prepared_cursor() as cursor:
         cursor.execute(f"INSERT INTO {table} ({columns}) {source}", [json.dumps(rows)])
+    return len(items)
+
+
+def _insert_sqlite(items: list[Event], table: str, columns: str) -> int:
+    """SQLite: one prepared single-row INSERT run for each row (executemany). Reading the
+    rows out of one JSON text with json_extract would parse it once per column. The events of
+    one change share their time: it is adapted once."""
+    adapt = connection.ops.adapt_datetimefield_value
+    texts: dict[dt.datetime, str] = {}
+    params = []
+    for item in items:
+        if (text := texts.get(item.at)) is None:
+            text = texts[item.at] = str(adapt(item.at))
+        params.append(
+            (
+                item.job_id,
+                item.run_id,
+                str(item.event_type),
+                item.actor,
+                item.result_code or "",
+                json.dumps(item.detail or {}),
+                text,
+            )
+        )
+    with prepared_cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)", params
+        )
     return len(items)
 
 
