@@ -5,10 +5,10 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection
+from django.db import connection
 
 from core.clock import parse_sqlite_datetime
-from core.db import locked, shallow_copy
+from core.db import locked, new_unsaved, shallow_copy, stored_from_row
 from inbox.jobtypes import IMMUTABLE_COLUMNS, fingerprint_from
 from inbox.models import Job
 from inbox.writer.values import UNSEALED_STATES, Held
@@ -113,14 +113,15 @@ def rows_from(fetched: Iterable[Sequence[Any]]) -> dict[str, list[Any]]:
 
 
 def new_job(**values: Any) -> Job:
-    """An unsaved job of the fields a new job sets."""
-    return Job(**values)
+    """An unsaved job of the fields a new job sets (``Job(**values)``, fast: see
+    ``core.db.new_unsaved``)."""
+    return new_unsaved(Job, **values)
 
 
 def job_of(row: list[Any]) -> Job:
     """A model instance of a returned row (every column present, in model order), as the ORM
-    builds one from a query."""
-    return Job.from_db(DEFAULT_DB_ALIAS, _ATTNAMES, row)
+    builds one from a query (``Job.from_db``, fast: see ``core.db.stored_from_row``)."""
+    return stored_from_row(Job, _ATTNAMES, row)
 
 
 def update_copy(mine: Job, row: list[Any], names: Iterable[str]) -> Job:
