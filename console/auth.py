@@ -4,7 +4,7 @@ Every console page and every poll checks one permission (``console.policy.page``
 backend answers the first ``has_perm`` of a request with two ORM queries (the user's own
 permissions, then its groups' permissions, each joined to content types), and building those
 two querysets cost more CPU than anything else an unchanged poll does: about 2.9 of 6.1 ms per
-poll (``bench/live_load.py``, issue 15). This backend reads the same set with one hand-written
+poll (``bench/live_load.py``). This backend reads the same set with one hand-written
 statement, and loads the request's user (``get_user``, once per request) with a plain SELECT
 instead of a queryset: 0.3 ms of CPU instead of 0.6. On PostgreSQL and SQLite that SELECT also
 brings the user's permissions (one text aggregated by the database), so a request checks its

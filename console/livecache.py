@@ -1,4 +1,4 @@
-"""Readings of global live regions shared by the operators of one web process (issue 15).
+"""Readings of global live regions shared by the operators of one web process.
 
 Every operator's dashboard shows the same alerts, counts, runs, throughput and READY ages, and
 each region polls on its own interval. Without sharing, 50 dashboards read the database 50

@@ -1,4 +1,4 @@
-"""Login throttling with django-axes (issue 11): its hooks, named in config/settings.py.
+"""Login throttling with django-axes: its hooks, named in config/settings.py.
 
 - ``LoginThrottleBackend``: axes' backend, except that an ``authenticate()`` without a request
   (a script, the shell, a test) is not a web login: there is no address to count and nothing to

@@ -1,4 +1,4 @@
-"""Request guards and error pages that no view should have to remember (issue 11).
+"""Request guards and error pages that no view should have to remember.
 
 - ``RefuseNulMiddleware``: a NUL byte anywhere in the path, the query string, a form field or a
   cookie is refused with a styled 400 before any view, session or database sees it (PostgreSQL

@@ -3,7 +3,7 @@
 Rows are written only by ``console.policy.action`` in the same transaction as the action's own
 writes, so "the action happened" and "this request id was used" commit or roll back together.
 
-A request id belongs to its user: the same id from another user is another request (issue 11),
+A request id belongs to its user: the same id from another user is another request,
 never "already done" with someone else's outcome.
 """
 

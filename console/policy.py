@@ -13,11 +13,11 @@ the wrong method while writing nothing.
   receives an ``ActionContext`` as ``act``; it calls its service through ``act.perform`` and
   always renders its region (using ``act.message`` / ``act.status``).
 - ``@public``: no login (health checks, the login page itself).
-- ``api_route`` (issue 13): a producer API route (``console.api``): a bearer token from
+- ``api_route``: a producer API route (``console.api``): a bearer token from
   ``manage.py create_token`` or a logged-in session; no token, no session: 401. django-ninja
   marks its views CSRF-exempt; ``console.api`` checks CSRF itself for sessions (a bearer token
   is never sent by a browser on its own, so it needs none).
-- ``metrics_route`` (issue 13): ``/metrics`` for Prometheus: ``Authorization: Bearer
+- ``metrics_route``: ``/metrics`` for Prometheus: ``Authorization: Bearer
   <METRICS_TOKEN>`` when that setting is made, else loopback clients only.
 
 CSRF is Django's middleware; nothing here exempts a view from it (the API's ninja views are

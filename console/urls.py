@@ -86,7 +86,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("workers/", workers.workers, name="workers"),
     path("workers/scopes/<str:scope>/pause", workers.pause_scope, name="pause_scope"),
     path("workers/scopes/<str:scope>/resume", workers.resume_scope, name="resume_scope"),
-    # Ecosystem (issue 13): Prometheus scrape and the producer API.
+    # Ecosystem: Prometheus scrape and the producer API.
     path("metrics", metrics.metrics, name="metrics"),
     path("api/v1/", api.urls()),
 ]

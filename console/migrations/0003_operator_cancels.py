@@ -1,4 +1,4 @@
-"""The operator role may cancel jobs that have not begun (``inbox.cancel_job``, issue 12.6)."""
+"""The operator role may cancel jobs that have not begun (``inbox.cancel_job``)."""
 
 from django.db import migrations
 
