@@ -38,7 +38,7 @@ class EventType(models.TextChoices):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
-    # The sweep found a lapsed lease and applied §1.3 (detail: to-state).
+    # The sweep found a lapsed lease and moved the job on by the recovery rules (detail: to-state).
     LEASE_EXPIRED = "LEASE_EXPIRED"
     # An operator sent a FAILED job back to READY.
     RETRIED = "RETRIED"
