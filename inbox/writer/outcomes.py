@@ -200,13 +200,18 @@ def finish_jobs(
         return undone_batch([o.job for o in outcomes], exc)
 
 
-class Report(TypedDict, total=False):
-    """What a holder may report with one job's outcome besides its state and code."""
+class Success(TypedDict, total=False):
+    """What a holder may report with a success besides its code."""
 
-    error: str
     detail: Mapping[str, Any] | None
     executed_detail: Mapping[str, Any] | None
     at: dt.datetime | None
+
+
+class Report(Success, total=False):
+    """What a holder may report with any other outcome: a success's details and the error."""
+
+    error: str
 
 
 def _finish_one(
@@ -245,45 +250,20 @@ def complete_job(
     claim_id: str,
     actor: str,
     result_code: str = "OK",
-    detail: Mapping[str, Any] | None = None,
-    executed_detail: Mapping[str, Any] | None = None,
-    at: dt.datetime | None = None,
+    **report: Unpack[Success],
 ) -> Job:
     """EXECUTING → SUCCEEDED (with ``executed_detail``: and EXECUTED, in one transaction)."""
     return _finish_one(
-        job_id,
-        to=S.SUCCEEDED,
-        claim_id=claim_id,
-        actor=actor,
-        result_code=result_code,
-        detail=detail,
-        executed_detail=executed_detail,
-        at=at,
+        job_id, to=S.SUCCEEDED, claim_id=claim_id, actor=actor, result_code=result_code, **report
     )
 
 
 def fail_job(
-    job_id: str,
-    *,
-    claim_id: str,
-    actor: str,
-    result_code: str,
-    error: str = "",
-    detail: Mapping[str, Any] | None = None,
-    executed_detail: Mapping[str, Any] | None = None,
-    at: dt.datetime | None = None,
+    job_id: str, *, claim_id: str, actor: str, result_code: str, **report: Unpack[Report]
 ) -> Job:
     """EXECUTING → FAILED: the mutation certainly did not happen."""
     return _finish_one(
-        job_id,
-        to=S.FAILED,
-        claim_id=claim_id,
-        actor=actor,
-        result_code=result_code,
-        error=error,
-        detail=detail,
-        executed_detail=executed_detail,
-        at=at,
+        job_id, to=S.FAILED, claim_id=claim_id, actor=actor, result_code=result_code, **report
     )
 
 
@@ -293,22 +273,12 @@ def mark_outcome_unknown(
     claim_id: str,
     actor: str,
     result_code: str = "UNKNOWN",
-    error: str = "",
-    detail: Mapping[str, Any] | None = None,
-    executed_detail: Mapping[str, Any] | None = None,
-    at: dt.datetime | None = None,
+    **report: Unpack[Report],
 ) -> Job:
     """EXECUTING → OUTCOME_UNKNOWN: the handler could not tell whether the mutation happened."""
+    to = S.OUTCOME_UNKNOWN
     return _finish_one(
-        job_id,
-        to=S.OUTCOME_UNKNOWN,
-        claim_id=claim_id,
-        actor=actor,
-        result_code=result_code,
-        error=error,
-        detail=detail,
-        executed_detail=executed_detail,
-        at=at,
+        job_id, to=to, claim_id=claim_id, actor=actor, result_code=result_code, **report
     )
 
 

@@ -112,22 +112,25 @@ def planned(run: Run, *, groups: int, members: int, deferred: int, replaced_stat
     )
 
 
+def _group_event(
+    event_type: str, group: Group, owner: str, at: dt.datetime, **detail: Any
+) -> Event:
+    """An event about one group: its id, place and key, then what happened to it."""
+    where = {"group_id": group.id, "seq": group.seq, "key": group.key}
+    return Event(event_type, owner, run_id=group.run_id, detail={**where, **detail}, at=at)
+
+
 def group_served(
     group: Group, *, owner: str, members: int, expires_at: dt.datetime, at: dt.datetime
 ) -> Event:
     """RUN_GROUP_SERVED: a pending group handed to its owner, with the refreshed lease."""
-    return Event(
+    return _group_event(
         EventType.RUN_GROUP_SERVED,
+        group,
         owner,
-        run_id=group.run_id,
-        detail={
-            "group_id": group.id,
-            "seq": group.seq,
-            "key": group.key,
-            "members": members,
-            "expires_at": expires_at.isoformat(),
-        },
-        at=at,
+        at,
+        members=members,
+        expires_at=expires_at.isoformat(),
     )
 
 
@@ -135,19 +138,8 @@ def group_deferred(
     group: Group, *, owner: str, from_status: str, reason: str, at: dt.datetime
 ) -> Event:
     """RUN_GROUP_DEFERRED: a group put aside for this run."""
-    return Event(
-        EventType.RUN_GROUP_DEFERRED,
-        owner,
-        run_id=group.run_id,
-        detail={
-            "group_id": group.id,
-            "seq": group.seq,
-            "key": group.key,
-            "from": from_status,
-            "reason": reason,
-        },
-        at=at,
-    )
+    detail = {"from": from_status, "reason": reason}
+    return _group_event(EventType.RUN_GROUP_DEFERRED, group, owner, at, **detail)
 
 
 def member_disposed(
