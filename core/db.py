@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections
 from django.db.backends.signals import connection_created
+from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX, SQLiteCursorWrapper
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from django.db.models import Model, QuerySet
 from django.db.models.base import ModelState
@@ -94,7 +96,8 @@ def prepared_cursor():  # -> django.db.backends.utils.CursorWrapper
     executions and PostgreSQL stops planning it per call. Django's own cursors bind on the
     client (its ORM SQL is not always preparable), so nothing else changes. Behind PgBouncer
     (transaction pooling) the threshold is off and this is server-side binding without
-    prepared statements. On SQLite it is Django's own cursor.
+    prepared statements. On SQLite it is Django's cursor with the statement texts converted
+    once and, when no query is logged, the driver called directly (``_sqlite_cursor``).
 
     Only for hand-written SQL whose parameters all carry their types (casts where PostgreSQL
     could not infer one); it goes through Django's execute wrappers, error translation and
@@ -103,6 +106,8 @@ def prepared_cursor():  # -> django.db.backends.utils.CursorWrapper
     UPDATE.
     """
     db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor == "sqlite":
+        return _sqlite_cursor(db)
     if db.vendor != "postgresql":
         return db.cursor()
     db.close_if_health_check_failed()
@@ -139,6 +144,73 @@ class _KeptCursor(CursorWrapper):
 class _KeptDebugCursor(CursorDebugWrapper):
     def __exit__(self, *exc_info: object) -> None:
         return None
+
+
+class _QmarkCache(SQLiteCursorWrapper):
+    """Django's SQLite cursor, converting each ``%s`` statement text once: the writers' texts
+    are a small set repeated for every job. Mapping parameters keep Django's own conversion."""
+
+    def convert_query(self, query, *, param_names=None):
+        if param_names is not None:
+            return super().convert_query(query, param_names=param_names)
+        return _qmark(query)
+
+
+def _qmark(query: str) -> str:
+    """``query``'s ``%s`` placeholders as ``?`` (and ``%%`` as ``%``), as Django converts
+    them, looked up after the first time."""
+    converted = _QMARK_TEXTS.get(query)
+    if converted is None:
+        if len(_QMARK_TEXTS) >= _QMARK_TEXTS_MAX:
+            _QMARK_TEXTS.clear()
+        converted = _QMARK_TEXTS[query] = FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
+    return converted
+
+
+# Converted statement texts (hand-written, a few dozen shapes); emptied if it ever fills up.
+_QMARK_TEXTS: dict[str, str] = {}
+_QMARK_TEXTS_MAX = 512
+# The driver's own methods, called on a _QmarkCache past its Python overrides.
+_DRIVER_EXECUTE = sqlite3.Cursor.execute
+_DRIVER_EXECUTEMANY = sqlite3.Cursor.executemany
+
+
+class _LeanSQLiteCursor(CursorWrapper):
+    """SQLite with queries not logged: a statement with positional parameters goes straight
+    to the driver's method with its converted text, inside Django's error translation and
+    broken-transaction check, unless an execute wrapper is installed. Django's layers around
+    it (the wrapper chain, its SQLite cursor's Python ``execute``, ``executemany``'s peek at
+    the parameters) were about a twentieth of a single-job enqueue. Anything else (no or
+    named parameters, a wrapper) takes Django's own path."""
+
+    def execute(self, sql, params=None):
+        db = self.db
+        if params is None or isinstance(params, Mapping) or db.execute_wrappers:
+            return super().execute(sql, params)
+        db.validate_no_broken_transaction()
+        with db.wrap_database_errors:
+            return _DRIVER_EXECUTE(self.cursor, _qmark(sql), params)
+
+    def executemany(self, sql, param_list):
+        db = self.db
+        rows = param_list if isinstance(param_list, list) else list(param_list)
+        if (rows and isinstance(rows[0], Mapping)) or db.execute_wrappers:
+            return super().executemany(sql, rows)
+        db.validate_no_broken_transaction()
+        with db.wrap_database_errors:
+            return _DRIVER_EXECUTEMANY(self.cursor, _qmark(sql), rows)
+
+
+def _sqlite_cursor(db):  # -> django.db.backends.utils.CursorWrapper
+    """``db.cursor()`` on SQLite (health check, connect, thread check, the debug wrapper when
+    queries are logged) with the caching cursor class, lean when nothing is logged; execute
+    wrappers, error translation and the query log work as for any cursor."""
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    with db.wrap_database_errors:
+        raw = db.connection.cursor(factory=_QmarkCache)
+    return CursorDebugWrapper(raw, db) if db.queries_logged else _LeanSQLiteCursor(raw, db)
 
 
 # --- model instances ---------------------------------------------------------------------------

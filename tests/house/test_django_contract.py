@@ -80,3 +80,36 @@ def test_the_sqlite_json_probe_is_a_cached_property_of_the_features_class() -> N
     probe = vars(DatabaseWrapper.features_class)["supports_json_field"]
     assert isinstance(probe, functools.cached_property)
     assert probe.func.__module__ == "core.db"
+
+
+def test_sqlite_statement_texts_convert_as_djangos_own_cursor_does() -> None:
+    """The SQLite cursor of ``prepared_cursor`` overrides ``convert_query`` (positional
+    parameters only) and calls the driver with the converted text: it must give exactly the
+    text Django's own ``SQLiteCursorWrapper`` would, and the override's signature must still be
+    Django's."""
+    from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+    from core.db import _qmark
+
+    params = list(inspect.signature(SQLiteCursorWrapper.convert_query).parameters)
+    assert params == ["self", "query", "param_names"]
+    for text in (
+        "SELECT %s",
+        "UPDATE t SET a = %s WHERE b IN (%s, %s) AND c LIKE '10%%'",
+        "INSERT INTO t VALUES (%s, %s) RETURNING id",
+        "SELECT 1",
+    ):
+        assert _qmark(text) == SQLiteCursorWrapper.convert_query(None, text)
+
+
+@pytest.mark.sqlite
+@pytest.mark.django_db
+def test_the_sqlite_cursor_goes_through_djangos_error_translation() -> None:
+    """The lean SQLite cursor calls the driver directly but inside ``wrap_database_errors``:
+    a failing statement still raises Django's exception classes."""
+    from django.db import OperationalError
+
+    from core.db import prepared_cursor
+
+    with pytest.raises(OperationalError), prepared_cursor() as cursor:
+        cursor.execute("SELECT * FROM no_such_table WHERE a = %s", [1])
