@@ -123,7 +123,8 @@ TEMPLATES = [
 SQLITE_BUSY_TIMEOUT = float(os.environ.get("SQLITE_BUSY_TIMEOUT", "30"))
 if SQLITE_BUSY_TIMEOUT <= 0:
     raise ImproperlyConfigured(f"SQLITE_BUSY_TIMEOUT must be positive, got {SQLITE_BUSY_TIMEOUT}")
-SQLITE_ENGINE = "django.db.backends.sqlite3"
+# Django's SQLite backend with BEGIN and COMMIT sent straight to the driver (core.db says why).
+SQLITE_ENGINE = "core.backends.sqlite3"
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
     "timeout": SQLITE_BUSY_TIMEOUT,

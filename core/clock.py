@@ -8,6 +8,8 @@ import datetime as dt
 from django.db import connection
 from django.utils.dateparse import parse_datetime
 
+from core.db import sqlite_read_one
+
 
 def db_now(at: dt.datetime | None = None) -> dt.datetime:
     """The database's current time (or ``at``)."""
@@ -19,9 +21,7 @@ def db_now(at: dt.datetime | None = None) -> dt.datetime:
             cursor.execute("SELECT statement_timestamp()")
             return cursor.fetchone()[0]
     # SQLite's clock is the host's C library clock, shared by every process on the host.
-    with connection.cursor() as cursor:
-        cursor.execute(_SQLITE_NOW)
-        ((text,),) = cursor.fetchall()
+    text = sqlite_read_one(connection, _SQLITE_NOW)
     return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
 
 

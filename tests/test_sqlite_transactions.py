@@ -34,8 +34,13 @@ def _pause(scope: str) -> None:
     ScopePause.objects.create(scope=scope, paused=True, reason="", changed_by="t")
 
 
-def test_the_project_runs_on_djangos_own_sqlite_backend() -> None:
-    assert type(connections[DEFAULT_DB_ALIAS]).__module__ == "django.db.backends.sqlite3.base"
+def test_the_project_runs_on_the_lean_subclass_of_djangos_sqlite_backend() -> None:
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    from core.db import LeanSQLiteDatabaseWrapper
+
+    assert type(connections[DEFAULT_DB_ALIAS]) is LeanSQLiteDatabaseWrapper
+    assert issubclass(LeanSQLiteDatabaseWrapper, DatabaseWrapper)
     assert connection.vendor == "sqlite"
 
 

@@ -113,3 +113,37 @@ def test_the_sqlite_cursor_goes_through_djangos_error_translation() -> None:
 
     with pytest.raises(OperationalError), prepared_cursor() as cursor:
         cursor.execute("SELECT * FROM no_such_table WHERE a = %s", [1])
+
+
+def test_sqlite_transaction_start_and_commit_are_the_methods_the_lean_backend_overrides() -> None:
+    """``LeanSQLiteDatabaseWrapper`` replaces two private methods of Django's SQLite
+    connection: they must still exist with no arguments, still be what ``atomic()`` and
+    ``commit()`` call, and Django's start must still send ``BEGIN`` plus the transaction mode,
+    which the override sends itself."""
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    for name in ("_start_transaction_under_autocommit", "_commit"):
+        assert list(inspect.signature(getattr(DatabaseWrapper, name)).parameters) == ["self"]
+    assert "_commit()" in inspect.getsource(BaseDatabaseWrapper.commit)
+    start = inspect.getsource(DatabaseWrapper._start_transaction_under_autocommit)
+    assert 'f"BEGIN {self.transaction_mode}"' in start
+    assert "self.transaction_mode is None" in start
+
+
+@pytest.mark.sqlite
+@pytest.mark.django_db
+def test_the_sqlite_clock_read_goes_through_djangos_error_translation() -> None:
+    """``sqlite_read_one`` reads on the driver's connection inside ``wrap_database_errors``,
+    so a failing read still raises Django's exception classes, not the driver's."""
+    import sqlite3
+
+    from django.db import DatabaseError
+
+    from core.db import sqlite_read_one
+
+    assert sqlite_read_one(connection, "SELECT 41 + 1") == 42
+    with pytest.raises(DatabaseError) as raised:
+        sqlite_read_one(connection, "SELECT * FROM no_such_table")
+    assert not type(raised.value).__module__.startswith("sqlite3")
+    assert isinstance(raised.value.__cause__, sqlite3.Error)
