@@ -30,6 +30,7 @@ from console.bulk import BulkOutcome
 from console.filters import JobFilter
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
+from console.polling import poll_answer
 from core.clock import db_now
 from core.paging import capped_count, count_label
 from inbox import reconcile, transitions
@@ -236,12 +237,11 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "columns": COLUMNS,
         "poll_seconds": LIST_POLL_SECONDS,
     }
-    target = request.htmx.target if request.htmx else None
-    if target == "job-rows" and not request.htmx.history_restore_request:
-        # A poll: nothing rendered when nothing changed.
-        if request.GET.get("v") == token:
-            return HttpResponse(status=204)
-        return render(request, f"{LIST}#job-rows", rows_context)
+    polled = poll_answer(
+        request, region="job-rows", template=LIST, token=token, context=rows_context
+    )
+    if polled is not None:
+        return polled
     context = {
         **rows_context,
         "filter": job_filter,
