@@ -22,6 +22,7 @@ from console import keyset
 from console.filters import AuditEventFilter
 from console.htmx import region_template
 from console.policy import page
+from console.polling import poll_answer
 from console.tables import detail_text
 from core.clock import db_now
 from core.paging import capped_count, count_label
@@ -88,11 +89,11 @@ def event_list(request: HttpRequest) -> HttpResponse:
         "poll_seconds": POLL_SECONDS,
         **keyset.links(request.GET, listing, top=top),
     }
-    target = request.htmx.target if request.htmx else None
-    if target == "audit-rows" and not request.htmx.history_restore_request:
-        if request.GET.get("v") == token:
-            return HttpResponse(status=204)
-        return render(request, f"{AUDIT}#audit-rows", rows_context)
+    polled = poll_answer(
+        request, region="audit-rows", template=AUDIT, token=token, context=rows_context
+    )
+    if polled is not None:
+        return polled
     context = {
         **rows_context,
         "filter": event_filter,

@@ -17,6 +17,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.db.models import QuerySet
@@ -24,28 +25,19 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django_htmx.http import trigger_client_event
 
-from audit.models import AuditEvent
 from console import keyset
 from console.bulk import BulkOutcome
 from console.filters import JobFilter
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
+from console.polling import poll_answer
 from core.clock import db_now
 from core.paging import capped_count, count_label
 from inbox import reconcile, transitions
-from inbox.jobtypes import IMMUTABLE_COLUMNS, IMMUTABLE_PAYLOAD_FIELDS
-from inbox.models import HELD_STATES, TERMINAL_STATES, Job, JobState
-from inbox.selectors import (
-    CANCELLABLE_STATES,
-    SEARCH_CAP,
-    Orphan,
-    allowed_actions,
-    attempts_from_trail,
-    expiry_behaviour,
-    job_trail,
-    orphaned,
-    payload_supported,
-)
+from inbox.models import HELD_STATES, Job, JobState
+from inbox.read import job_detail as read_detail
+from inbox.read.job_detail import JobDetail
+from inbox.selectors import CANCELLABLE_STATES, SEARCH_CAP, Orphan, orphaned, payload_supported
 
 LIST = "console/jobs.html"
 DETAIL = "console/jobs-detail.html"
@@ -57,8 +49,6 @@ PER_PAGE = 50
 BULK_LIMIT_MAX = 500
 # The longest "retry in" an operator may set on a job page: a week.
 RETRY_DELAY_MAX_MINUTES = 7 * 24 * 60
-# Events drawn in red on the trail: refusals and rejected writes.
-REFUSAL_EVENTS = {"REJECTED", "STALE_WRITE_REJECTED", "FINGERPRINT_DRIFT", "FAILED"}
 # Payload keys hidden from users without inbox.view_payload: a SAVE's content, a task's
 # arguments (either may hold personal data).
 REDACTED_KEYS = ("content", "args", "kwargs")
@@ -247,12 +237,11 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "columns": COLUMNS,
         "poll_seconds": LIST_POLL_SECONDS,
     }
-    target = request.htmx.target if request.htmx else None
-    if target == "job-rows" and not request.htmx.history_restore_request:
-        # A poll: nothing rendered when nothing changed.
-        if request.GET.get("v") == token:
-            return HttpResponse(status=204)
-        return render(request, f"{LIST}#job-rows", rows_context)
+    polled = poll_answer(
+        request, region="job-rows", template=LIST, token=token, context=rows_context
+    )
+    if polled is not None:
+        return polled
     context = {
         **rows_context,
         "filter": job_filter,
@@ -285,12 +274,11 @@ def _filter_snapshot(params: QueryDict) -> list[tuple[str, str]]:
 # --- job detail -------------------------------------------------------------------------------
 
 
-def _load_job(job_id: str, *, payload: bool = True) -> Job:
-    jobs = Job.objects.all() if payload else Job.objects.defer("payload")
-    job = jobs.filter(job_id=job_id).first()
-    if job is None:
+def _detail(job_id: str) -> JobDetail:
+    detail = read_detail.job_detail(job_id)
+    if detail is None:
         raise Http404(f"no job {job_id!r}")
-    return job
+    return detail
 
 
 def _redacted_payload(payload: dict[str, Any], *, can_view: bool) -> str:
@@ -302,64 +290,14 @@ def _redacted_payload(payload: dict[str, Any], *, can_view: bool) -> str:
     return json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _fingerprint_status(job: Job) -> tuple[str, str]:
-    if not job.fingerprint:
-        return ("not sealed yet (sealed when the job becomes READY)", "muted")
-    if transitions.fingerprint_ok(job):
-        return ("sealed, intact", "ok")
-    return ("DRIFT: immutable fields changed since sealing; transitions are refused", "bad")
-
-
-def _immutable_fields(job: Job) -> list[tuple[str, Any]]:
-    rows: list[tuple[str, Any]] = [(name, getattr(job, name)) for name in IMMUTABLE_COLUMNS]
-    payload = job.payload or {}
-    rows += [(name, payload[name]) for name in IMMUTABLE_PAYLOAD_FIELDS if name in payload]
-    return rows
-
-
-def _last_event_id(job_id: str) -> int:
-    """The job's newest audit event (an index probe): a new event changes the page."""
-    return (
-        AuditEvent.objects.filter(job_id=job_id)
-        .order_by("-event_id")
-        .values_list("event_id", flat=True)
-        .first()
-        or 0
-    )
-
-
-def detail_token(job: Job, last_event: int, orphan: Orphan | None) -> str:
-    """The detail page's version: it changes with the row, the trail or the holder's life."""
-    text = f"{job.updated_at.isoformat()}|{last_event}|{orphan.dead_since if orphan else '-'}"
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def _detail_context(request: HttpRequest, job: Job) -> dict[str, Any]:
-    now = db_now()
-    trail = job_trail(job.job_id)
-    fp_text, fp_css = _fingerprint_status(job)
-    orphan = orphaned([job], now).get(job.job_id)
-    last_event = trail[-1].event_id if trail else 0
+def _detail_context(request: HttpRequest, detail: JobDetail) -> dict[str, Any]:
+    """The read model's names plus what this user may see and do."""
+    can_view = request.user.has_perm("inbox.view_payload")
     return {
-        "job": job,
-        "now": now,
-        "held": job.state in HELD_STATES,
-        "terminal": job.state in TERMINAL_STATES,
-        "orphan": orphan,
-        "token": detail_token(job, last_event, orphan),
+        **detail.context(),
         "poll_seconds": DETAIL_POLL_SECONDS,
-        "trail": trail,
-        "attempts": attempts_from_trail(trail),
-        "refusals": REFUSAL_EVENTS,
-        "payload_json": _redacted_payload(
-            job.payload, can_view=request.user.has_perm("inbox.view_payload")
-        ),
-        "can_view_payload": request.user.has_perm("inbox.view_payload"),
-        "fingerprint_text": fp_text,
-        "fingerprint_css": fp_css,
-        "immutable": _immutable_fields(job),
-        "on_expiry": expiry_behaviour(job.job_type),
-        "actions": allowed_actions(job),
+        "payload_json": _redacted_payload(detail.job.payload, can_view=can_view),
+        "can_view_payload": can_view,
         "can_retry": request.user.has_perm("inbox.retry_job"),
         "can_cancel": request.user.has_perm("inbox.cancel_job"),
     }
@@ -379,23 +317,23 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     """
     target = request.htmx.target if request.htmx else None
     if target == "job-watch" and not request.htmx.history_restore_request:
-        # A SAVE's payload carries its content (megabytes): the version does not need it.
-        job = _load_job(job_id, payload=False)
-        now = db_now()
-        orphan = orphaned([job], now).get(job.job_id)
-        if request.GET.get("v") == detail_token(job, _last_event_id(job.job_id), orphan):
+        version = read_detail.job_version(job_id)
+        if version is None:
+            raise Http404(f"no job {job_id!r}")
+        if request.GET.get("v") == version:
             return HttpResponse(status=204)
-        context = {**_detail_context(request, _load_job(job_id)), "oob": True}
+        context = {**_detail_context(request, _detail(job_id)), "oob": True}
         return render(request, f"{DETAIL}#job-refresh", context)
-    job = _load_job(job_id)
     template = region_template(request, DETAIL, DETAIL_REGIONS, default="job-summary")
-    return render(request, template, _detail_context(request, job))
+    return render(request, template, _detail_context(request, _detail(job_id)))
 
 
 @page(permission="inbox.view_job")
 def job_lease(request: HttpRequest, job_id: str) -> HttpResponse:
     """The lease countdown fragment (re-rendered from the database clock while polling)."""
-    job = _load_job(job_id)
+    job = Job.objects.filter(job_id=job_id).first()
+    if job is None:
+        raise Http404(f"no job {job_id!r}")
     context = {"job": job, "now": db_now(), "held": job.state in HELD_STATES}
     return render(request, LEASE, context)
 
@@ -406,13 +344,21 @@ def job_lease(request: HttpRequest, job_id: str) -> HttpResponse:
 def _render_job_actions(request: HttpRequest, job_id: str, act: ActionContext) -> HttpResponse:
     """The actions panel with the action's message, plus every other panel out of band: the
     page shows the job as the action left it, all at once."""
-    job = _load_job(job_id)
-    context = {**_detail_context(request, job), "act": act}
+    context = {**_detail_context(request, _detail(job_id)), "act": act}
     response = render(request, f"{DETAIL}#job-action-result", context)
     if act.should_act and act.status == 200:
         # Anything else on the page that shows this job refreshes on this event.
         trigger_client_event(response, "job-changed")
     return response
+
+
+def _retry_delay(raw: str) -> int | None:
+    """Minutes of "retry in" (0 when empty), None when the text is not a whole number in range."""
+    if not raw:
+        return 0
+    if not raw.isdigit() or not 0 <= int(raw) <= RETRY_DELAY_MAX_MINUTES:
+        return None
+    return int(raw)
 
 
 @action(permission="inbox.retry_job", region="job-actions", needs_reason=True)
@@ -421,20 +367,18 @@ def job_retry(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpR
     minutes" the job is READY but not claimed before then (an operator's "retry at", kept in
     ``run_after`` and measured on the database clock like every lease)."""
     raw = (request.POST.get("delay_minutes") or "").strip()
-    delay = 0
-    if raw and act.should_act:
-        if not raw.isdigit() or not 0 <= int(raw) <= RETRY_DELAY_MAX_MINUTES:
-            act.refuse(
-                f"Retry in: give a whole number of minutes from 0 to {RETRY_DELAY_MAX_MINUTES}"
-                f" (got {raw[:20]!r}); nothing was changed.",
-                status=400,
-            )
-            return _render_job_actions(request, job_id, act)
-        delay = int(raw)
+    delay = _retry_delay(raw) if act.should_act else 0
+    if delay is None:
+        act.refuse(
+            f"Retry in: give a whole number of minutes from 0 to {RETRY_DELAY_MAX_MINUTES}"
+            f" (got {raw[:20]!r}); nothing was changed.",
+            status=400,
+        )
+        return _render_job_actions(request, job_id, act)
     run_after = db_now() + dt.timedelta(minutes=delay) if delay else None
     act.perform(
-        lambda: transitions.retry_job(
-            job_id, actor=act.actor, reason=act.reason, run_after=run_after
+        partial(
+            transitions.retry_job, job_id, actor=act.actor, reason=act.reason, run_after=run_after
         ),
         done=(
             f"Retried: the job is READY and will not be claimed before "
@@ -448,10 +392,11 @@ def job_retry(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpR
 
 @action(permission="inbox.cancel_job", region="job-actions", needs_reason=True)
 def job_cancel(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpResponse:
-    """CREATED / READY / CLAIMED → REJECTED (CANCELLED) by an operator (DESIGN §1.3); a job
-    that began is refused with the transition's own words, and nothing is written."""
+    """CREATED / READY / CLAIMED → REJECTED (CANCELLED) by an operator: only a job that has not
+    begun may be cancelled; one that began is refused with the transition's own words, and
+    nothing is written."""
     act.perform(
-        lambda: transitions.cancel_job(job_id, actor=act.actor, reason=act.reason),
+        partial(transitions.cancel_job, job_id, actor=act.actor, reason=act.reason),
         done="Cancelled: the job is REJECTED (CANCELLED) and will not run.",
     )
     return _render_job_actions(request, job_id, act)

@@ -1,4 +1,4 @@
-"""``/metrics`` in the Prometheus text format (issue 13), computed from the database at scrape
+"""``/metrics`` in the Prometheus text format, computed from the database at scrape
 time with bounded queries.
 
 Gauges (each one or a few indexed, capped queries; nothing scans a whole table):
@@ -11,16 +11,17 @@ Gauges (each one or a few indexed, capped queries; nothing scans a whole table):
   would claim has been waiting (since it was created, or since its ``run_after`` if later);
   deferred jobs not yet due do not count. 0 when nothing is waiting.
 - ``console_leases_lapsing_next_minute``, ``console_leases_lapsed`` (awaiting the sweep),
-  ``console_jobs_orphaned`` (DESIGN §1.4), ``console_outcome_unknown_jobs`` and
+  ``console_jobs_orphaned`` (held, lease running, holder dead),
+  ``console_outcome_unknown_jobs`` and
   ``console_outcome_unknown_oldest_age_seconds``, ``console_approvals_pending``: capped at
   1,000 like the dashboard's alert tiles (``inbox.selectors.ALERT_CAP``).
-- ``console_runs_active{store}``, ``console_runs_stuck{store}`` (DESIGN §3),
+- ``console_runs_active{store}``, ``console_runs_stuck{store}`` (owner dead or no progress),
   ``console_workers{kind,state}`` (alive / dead; cleanly stopped workers are neither),
   ``console_scope_paused{scope}``, ``console_scrape_duration_seconds``.
 
 Counters that survive restarts: ``console_audit_events_total{event_type}``, the audit log's
-events by type. Events are never deleted (DESIGN §2), so the count only grows and is the same
-in every process. A running tally up to a settled event id (events older than
+events by type. Events are never deleted (the log is append-only), so the count only grows and
+is the same in every process. A running tally up to a settled event id (events older than
 ``SETTLE_SECONDS``, so a transaction that committed late is not skipped) is stored in the
 database (``console.models.AuditTally``) and each scrape counts only the newer events, by
 primary-key range; only the very first scrape counts the whole log (5-7 s at 30M events), not
@@ -130,7 +131,7 @@ class _Snapshot:
         yield from self.families
 
 
-# --- derived states (DESIGN §1.4, §3) ---------------------------------------------------------
+# --- derived states: orphaned jobs, stuck runs ---------------------------------------------
 
 
 def worker_liveness(now: dt.datetime) -> dict[str, tuple[str, bool]]:
@@ -341,16 +342,9 @@ def _capped_state(counts: JobCounts, state: str, qs, cap: int) -> int:
     return paging.capped_count(qs, cap)
 
 
-def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
-    """Every metric of one scrape, read from the database (``at`` pins the clock in tests)."""
-    started = time.perf_counter()
-    now = db_now(at)
-    # Alert gauges stop counting where the dashboard's tiles do: "1,000+" is alarm enough, and
-    # each count stays a short index range at millions of rows.
-    cap = ALERT_CAP
+def _job_families(counts: JobCounts) -> list[Metric]:
+    """Jobs by state and scope, and which of those counts are estimates."""
     families: list[Metric] = []
-
-    counts = job_counts()
     families.append(
         _labelled(
             "console_jobs",
@@ -368,7 +362,12 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             (([s.value], int(s.value in counts.estimated)) for s in JobState),
         )
     )
+    return families
 
+
+def _ready_age_family(now: dt.datetime) -> list[Metric]:
+    """Per scope, how long the next claimable READY job has waited."""
+    families: list[Metric] = []
     ages = []
     for scope in scopes():
         head = (
@@ -391,7 +390,12 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             ages,
         )
     )
+    return families
 
+
+def _lease_families(now: dt.datetime, cap: int) -> list[Metric]:
+    """Leases about to lapse and lapsed ones the sweep has not taken yet."""
+    families: list[Metric] = []
     minute = now + dt.timedelta(seconds=60)
     families.append(
         _gauge(
@@ -409,8 +413,13 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             paging.capped_count(Job.objects.lapsed(now), cap),
         )
     )
-    liveness = worker_liveness(now)
-    alive = {worker_id for worker_id, (_kind, up) in liveness.items() if up}
+    return families
+
+
+def _held_families(now: dt.datetime, counts: JobCounts, alive: set[str], cap: int) -> list[Metric]:
+    """Orphaned jobs, unknown outcomes and pending approvals: jobs that wait on the sweep or
+    on a person."""
+    families: list[Metric] = []
     families.append(
         _gauge(
             "console_jobs_orphaned",
@@ -441,7 +450,12 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             _capped_state(counts, JobState.CREATED, Job.objects.awaiting_approval(), cap),
         )
     )
+    return families
 
+
+def _run_families(now: dt.datetime, alive: set[str]) -> list[Metric]:
+    """Active consolidation runs per store, and which of them are stuck."""
+    families: list[Metric] = []
     # Every store with an effectively active run has an entry (0 or 1).
     stuck = stuck_runs(now, alive=alive)
     active_stores = sorted(stuck)
@@ -462,7 +476,12 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             (([store], stuck.get(store, 0)) for store in active_stores),
         )
     )
+    return families
 
+
+def _worker_families(liveness: dict[str, tuple[str, bool]]) -> list[Metric]:
+    """Workers by kind and life, and the paused scopes."""
+    families: list[Metric] = []
     workers: Counter[tuple[str, str]] = Counter(
         (kind, "alive" if up else "dead") for kind, up in liveness.values()
     )
@@ -483,7 +502,11 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
             (([scope], int(scope in paused)) for scope in sorted(set(scopes()) | paused)),
         )
     )
+    return families
 
+
+def _audit_family(now: dt.datetime) -> Metric:
+    """Audit events by type since the log began."""
     totals = TALLY.totals(now)
     events = CounterMetricFamily(
         "console_audit_events",
@@ -492,8 +515,24 @@ def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
     )
     for event_type in sorted(set(EventType.values) | set(totals)):
         events.add_metric([event_type], totals.get(event_type, 0))
-    families.append(events)
+    return events
 
+
+def collect_metrics(at: dt.datetime | None = None) -> list[Metric]:
+    """Every metric of one scrape, read from the database (``at`` pins the clock in tests)."""
+    started = time.perf_counter()
+    now = db_now(at)
+    # Alert gauges stop counting where the dashboard's tiles do: "1,000+" is alarm enough, and
+    # each count stays a short index range at millions of rows.
+    cap = ALERT_CAP
+    counts = job_counts()
+    families = [*_job_families(counts), *_ready_age_family(now), *_lease_families(now, cap)]
+    liveness = worker_liveness(now)
+    alive = {worker_id for worker_id, (_kind, up) in liveness.items() if up}
+    families += _held_families(now, counts, alive, cap)
+    families += _run_families(now, alive)
+    families += _worker_families(liveness)
+    families.append(_audit_family(now))
     families.append(
         _gauge(
             "console_scrape_duration_seconds",

@@ -1,6 +1,7 @@
 """The runs page: one card per store with its current run, lease, group progress and recent
-takeovers; a stuck run (DESIGN §3, ``runs.selectors.stuck_reasons``) says so in red with the
-reason, next to "close stuck run" (through ``runs.transitions.close_run``)."""
+takeovers; a stuck run (owner dead, or no progress for a while:
+``runs.selectors.stuck_reasons``) says so in red with the reason, next to "close stuck run"
+(through ``runs.transitions.close_run``)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class StoreCard:
     dom_id: str
     takeovers: list[RunView]
     now: dt.datetime
-    # Why the current run is stuck (DESIGN §3), None when it is not (or not active).
+    # Why the current run is stuck (owner dead or no progress), None when it is not (or not active).
     stuck: Stuck | None = None
     # livecache.clock() just before the read: the live block's token carries it.
     stamp: float = 0.0

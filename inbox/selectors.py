@@ -1,4 +1,5 @@
-"""Read queries behind the console's job pages and dashboard.
+"""Read queries behind the console's job list and dashboard (the job detail page's read model
+and the orphan rule live in ``inbox.read``, re-exported here).
 
 Everything here reads; writes go through ``inbox.transitions`` (and the reconcile service).
 Queries are bounded so pages stay fast at millions of rows: counts are capped, lists are
@@ -18,22 +19,24 @@ from django.db.models import Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from audit.models import AuditEvent, EventType
 from core import paging
 from inbox.jobtypes import registry
-from inbox.models import HELD_STATES, FinishedCount, Job, JobState, Worker, WorkerStatus
+from inbox.models import FinishedCount, Job, JobState, Worker, WorkerStatus
+from inbox.read.job_detail import (
+    CANCELLABLE_STATES,
+    Attempt,
+    allowed_actions,
+    attempts_from_trail,
+    expiry_behaviour,
+    job_trail,
+)
+from inbox.read.orphans import WORKER_SCAN, Orphan, alive_worker_ids, orphaned, orphaned_jobs
 from inbox.scopes import paused_scopes
-from inbox.transitions import db_now, lapsed_outcome
+from inbox.transitions import db_now
 from inbox.workers import is_alive
 
 # Alert tiles stop counting here ("1,000+" is alarm enough and keeps each tile ~ms at 1M rows).
 ALERT_CAP = 1_000
-
-
-def expiry_behaviour(job_type: str) -> str:
-    """What the sweep does to this job type when its lease lapses (DESIGN §1.3)."""
-    spec = registry().get(job_type)
-    return "retried" if spec is not None and spec.idempotent else "parked for reconcile"
 
 
 def any_lease_lapsed() -> bool:
@@ -190,175 +193,6 @@ def filter_payload(qs: QuerySet[Job], text: str) -> QuerySet[Job]:
     return qs.filter(payload__contains={key: value})
 
 
-# --- orphaned jobs (DESIGN §1.4) ---------------------------------------------------------------
-
-# Heartbeat rows read to find the live workers: the most recently seen first, so the alive ones
-# are always among them (dead rows that were never marked stopped pile up behind).
-WORKER_SCAN = 1000
-
-
-def alive_worker_ids(now: dt.datetime) -> set[str]:
-    """Workers whose heartbeat is alive at ``now`` (``inbox.workers.is_alive``)."""
-    rows = Worker.objects.exclude(status=WorkerStatus.STOPPED).order_by("-last_seen_at")
-    return {w.worker_id for w in rows[:WORKER_SCAN] if is_alive(w, now)}
-
-
-@dataclass(frozen=True)
-class Orphan:
-    """A held job whose lease still runs but whose holder's heartbeat is dead."""
-
-    holder: str
-    # When the holder's heartbeat died (None: the holder has no heartbeat row at all).
-    dead_since: dt.datetime | None
-    # Whole seconds until the lease lapses and the sweep takes the job.
-    lapses_in: int
-    # The state the sweep will move it to then (READY, FAILED or OUTCOME_UNKNOWN).
-    sweep_to: str
-
-    @property
-    def sweep_words(self) -> str:
-        """What the sweep will do when the lease lapses, in the operator's words."""
-        return {
-            JobState.READY: "offer it again (READY)",
-            JobState.FAILED: "fail it (MAX_ATTEMPTS)",
-        }.get(self.sweep_to, "park it as OUTCOME_UNKNOWN for reconcile")
-
-
-def orphaned(jobs: Iterable[Job], now: dt.datetime) -> dict[str, Orphan]:
-    """{job_id: Orphan} for the CLAIMED/EXECUTING jobs among ``jobs`` whose lease still runs
-    and whose holder's heartbeat is dead, stopped or missing. One query, whatever the count."""
-    held = [
-        job
-        for job in jobs
-        if job.state in HELD_STATES and job.lease_until is not None and job.lease_until >= now
-    ]
-    if not held:
-        return {}
-    heartbeats = {
-        w.worker_id: w for w in Worker.objects.filter(worker_id__in={j.worker_id for j in held})
-    }
-    found: dict[str, Orphan] = {}
-    for job in held:
-        worker = heartbeats.get(job.worker_id)
-        if worker is not None and is_alive(worker, now):
-            continue
-        dead_since = None
-        if worker is not None:
-            stopped = worker.status == WorkerStatus.STOPPED
-            dead_since = (
-                worker.last_seen_at if stopped else worker.last_seen_at + worker.dead_after()
-            )
-        found[job.job_id] = Orphan(
-            holder=job.worker_id,
-            dead_since=dead_since,
-            lapses_in=max(math.floor((job.lease_until - now).total_seconds()), 0),
-            sweep_to=lapsed_outcome(job),
-        )
-    return found
-
-
-def orphaned_jobs(
-    qs: QuerySet[Job], now: dt.datetime, *, alive: set[str] | None = None
-) -> QuerySet[Job]:
-    """The held jobs of ``qs`` whose lease runs and whose holder is not alive, in lease order
-    (the partial lease index: a few rows however large the table). ``alive``: the live
-    workers' ids when the caller has read them already."""
-    alive = alive_worker_ids(now) if alive is None else alive
-    return (
-        qs.held()
-        .filter(lease_until__gte=now)
-        .exclude(worker_id__in=alive)
-        .order_by("lease_until", "job_id")
-    )
-
-
-# --- job detail -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One claim of a job, reconstructed from its CLAIMED event and what ended it."""
-
-    number: int
-    worker_id: str
-    claim_id: str
-    claimed_at: dt.datetime
-    ended_by: str
-    ended_at: dt.datetime | None
-    result_code: str
-
-
-# Events that close a claim in the trail.
-_ATTEMPT_ENDS = {
-    EventType.RELEASED,
-    EventType.SUCCEEDED,
-    EventType.FAILED,
-    EventType.OUTCOME_UNKNOWN,
-    EventType.LEASE_EXPIRED,
-    EventType.REJECTED,
-    EventType.RETRY_SCHEDULED,
-}
-
-
-def attempts_from_trail(events: Iterable[AuditEvent]) -> list[Attempt]:
-    """Each CLAIMED event opens an attempt; the next ending event closes it."""
-    attempts: list[Attempt] = []
-    current: dict | None = None
-    for event in events:
-        if event.event_type == EventType.CLAIMED:
-            if current is not None:
-                attempts.append(Attempt(**current, ended_by="", ended_at=None, result_code=""))
-            current = {
-                "number": len(attempts) + 1,
-                "worker_id": event.actor,
-                "claim_id": str(event.detail.get("claim_id", "")),
-                "claimed_at": event.created_at,
-            }
-        elif current is not None and event.event_type in _ATTEMPT_ENDS:
-            attempts.append(
-                Attempt(
-                    **current,
-                    ended_by=event.event_type,
-                    ended_at=event.created_at,
-                    result_code=event.result_code,
-                )
-            )
-            current = None
-    if current is not None:
-        attempts.append(Attempt(**current, ended_by="", ended_at=None, result_code=""))
-    return attempts
-
-
-# How many trail events the detail page shows (newest kept); a job rarely has more.
-TRAIL_LIMIT = 500
-
-
-def job_trail(job_id: str, limit: int = TRAIL_LIMIT) -> list[AuditEvent]:
-    """A job's events oldest first, capped (the audit page shows the rest)."""
-    newest = list(AuditEvent.objects.filter(job_id=job_id).order_by("-event_id")[:limit])
-    newest.reverse()
-    return newest
-
-
-# States an operator may cancel from (DESIGN §1.3: not begun); ``transitions.cancel_jobs``
-# guards the same set in its WHERE clause, this only decides which buttons to show.
-CANCELLABLE_STATES = (JobState.CREATED, JobState.READY, JobState.CLAIMED)
-
-
-def allowed_actions(job: Job) -> list[str]:
-    """The console actions the job's current state allows (the template shows only these)."""
-    actions = []
-    if job.state == JobState.FAILED:
-        actions.append("retry")
-    if job.state == JobState.OUTCOME_UNKNOWN:
-        actions.append("reconcile")
-    if job.state == JobState.CREATED and not job.approval_id:
-        actions.append("approve")
-    if job.state in CANCELLABLE_STATES:
-        actions.append("cancel")
-    return actions
-
-
 # --- dashboard --------------------------------------------------------------------------------
 
 
@@ -393,7 +227,7 @@ class Alerts:
     dead_workers: int
     pending_approvals: int
     paused_scopes: list[str]
-    # Held jobs whose lease runs but whose holder is dead (DESIGN §1.4).
+    # Held jobs whose lease runs but whose holder is dead (they wait for the lease to lapse).
     orphaned: int = 0
 
 
@@ -441,8 +275,8 @@ def dashboard_alerts(now: dt.datetime) -> Alerts:
     )
 
 
-# Of the three ways an execution ends (``inbox.models.FINISHED_STATES``, DESIGN §4
-# "throughput"), these two make the chart's failed / unknown rate.
+# Of the three ways an execution ends (``inbox.models.FINISHED_STATES``), these two make the
+# throughput chart's failed / unknown rate.
 BAD_STATES = (JobState.FAILED, JobState.OUTCOME_UNKNOWN)
 
 
@@ -582,6 +416,7 @@ __all__ = [
     "CANCELLABLE_STATES",
     "SEARCH_CAP",
     "SEARCH_FIELDS",
+    "WORKER_SCAN",
     "Alerts",
     "Attempt",
     "Orphan",

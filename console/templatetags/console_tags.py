@@ -11,6 +11,7 @@ import functools
 import math
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import quote
 
 from django import template
@@ -338,41 +339,47 @@ CHART_W, CHART_H = 640, 190
 PLOT_L, PLOT_R, PLOT_T, PLOT_B = 46, 44, 26, 24
 
 
-@register.simple_tag
-def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
-    """Finished jobs per minute: bars for the total on a labelled left axis (jobs / min), a
-    line per scope on the same axis, and the failed-or-unknown share as a dashed line on a
-    right axis (0–100 %). Server-rendered SVG: no JS library, no CSP exception."""
-    points: Sequence[tuple[str, int]] = getattr(throughput, "points", [])
-    by_scope: dict[str, list[int]] = getattr(throughput, "by_scope", {})
-    rates: list[float | None] = list(getattr(throughput, "bad_rate", []))
-    count = max(len(points), 1)
-    peak = max((value for _, value in points), default=0)
-    top = nice_ceiling(peak)
-    width = CHART_W - PLOT_L - PLOT_R
-    height = CHART_H - PLOT_T - PLOT_B
-    bottom = PLOT_T + height
-    step = width / count
+@dataclass(frozen=True)
+class _Plot:
+    """The throughput chart's plot area: where a minute and a value land (viewBox units)."""
 
-    def y_of(value: float) -> float:
-        return bottom - value / top * height
+    count: int
+    top: int
+    width: float = CHART_W - PLOT_L - PLOT_R
+    height: float = CHART_H - PLOT_T - PLOT_B
 
+    @property
+    def bottom(self) -> float:
+        return PLOT_T + self.height
+
+    @property
+    def step(self) -> float:
+        return self.width / self.count
+
+    def y_of(self, value: float) -> float:
+        return self.bottom - value / self.top * self.height
+
+    def x_mid(self, index: int) -> str:
+        return _fmt(PLOT_L + index * self.step + self.step / 2)
+
+
+def _chart_axes(plot: _Plot, points: Sequence[tuple[str, int]]) -> list[SafeString]:
+    """Gridlines and labels of both axes, their titles, and every 15th minute below."""
     parts: list[SafeString] = []
     # Left axis: gridlines and labels at 0, half and the top.
-    for value in (0, top / 2, top):
-        y = _fmt(y_of(value))
-        label = f"{value:g}"
+    for value in (0, plot.top / 2, plot.top):
+        y = _fmt(plot.y_of(value))
         parts.append(
             format_html(
                 '<line class="grid" x1="{}" x2="{}" y1="{}" y2="{}"></line>'
                 '<text class="axis" x="{}" y="{}" text-anchor="end">{}</text>',
                 str(PLOT_L),
-                str(PLOT_L + width),
+                str(PLOT_L + plot.width),
                 y,
                 y,
                 str(PLOT_L - 4),
                 _fmt(float(y) + 3),
-                label,
+                f"{value:g}",
             )
         )
     parts.append(
@@ -387,45 +394,49 @@ def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
     )
     # Right axis (rate).
     for share in (0.0, 0.5, 1.0):
-        y = _fmt(bottom - share * height)
+        y = _fmt(plot.bottom - share * plot.height)
         parts.append(
             format_html(
                 '<text class="axis rate-axis" x="{}" y="{}">{}</text>',
-                str(PLOT_L + width + 4),
+                str(PLOT_L + plot.width + 4),
                 _fmt(float(y) + 3),
                 f"{share:.0%}",
             )
         )
-    # X labels: every 15th minute.
     for index, (label, _value) in enumerate(points):
-        if index % 15 == 0 or index == count - 1:
+        if index % 15 == 0 or index == plot.count - 1:
             parts.append(
                 format_html(
                     '<text class="axis" x="{}" y="{}" text-anchor="middle">{}</text>',
-                    _fmt(PLOT_L + index * step + step / 2),
+                    plot.x_mid(index),
                     str(CHART_H - 8),
                     label,
                 )
             )
-    bars = format_html_join(
+    return parts
+
+
+def _chart_bars(plot: _Plot, points: Sequence[tuple[str, int]]) -> SafeString:
+    return format_html_join(
         "",
         '<rect x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>',
         (
             (
-                _fmt(PLOT_L + index * step + 0.5),
-                _fmt(y_of(value)),
-                _fmt(max(step - 1, 0.5)),
-                _fmt(bottom - y_of(value)),
+                _fmt(PLOT_L + index * plot.step + 0.5),
+                _fmt(plot.y_of(value)),
+                _fmt(max(plot.step - 1, 0.5)),
+                _fmt(plot.bottom - plot.y_of(value)),
                 f"{label}: {value}",
             )
             for index, (label, value) in enumerate(points)
         ),
     )
+
+
+def _scope_lines(plot: _Plot, by_scope: dict[str, list[int]]) -> list[SafeString]:
     lines: list[SafeString] = []
     for n, (scope, series) in enumerate(by_scope.items()):
-        coords = " ".join(
-            f"{_fmt(PLOT_L + i * step + step / 2)},{_fmt(y_of(v))}" for i, v in enumerate(series)
-        )
+        coords = " ".join(f"{plot.x_mid(i)},{_fmt(plot.y_of(v))}" for i, v in enumerate(series))
         lines.append(
             format_html(
                 '<polyline class="series {}" points="{}"><title>{}</title></polyline>',
@@ -434,7 +445,12 @@ def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
                 f"scope {scope}",
             )
         )
-    # The rate line breaks over minutes in which nothing finished.
+    return lines
+
+
+def _rate_lines(plot: _Plot, rates: list[float | None]) -> list[SafeString]:
+    """The failed-or-unknown share: a line that breaks over minutes in which nothing finished
+    (a lone minute is a dot)."""
     segment: list[str] = []
     segments: list[list[str]] = []
     for i, rate in enumerate(rates):
@@ -443,9 +459,10 @@ def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
                 segments.append(segment)
             segment = []
             continue
-        segment.append(f"{_fmt(PLOT_L + i * step + step / 2)},{_fmt(bottom - rate * height)}")
+        segment.append(f"{plot.x_mid(i)},{_fmt(plot.bottom - rate * plot.height)}")
     if segment:
         segments.append(segment)
+    lines: list[SafeString] = []
     for seg in segments:
         if len(seg) == 1:
             x, y = seg[0].split(",")
@@ -460,6 +477,20 @@ def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
                     " ".join(seg),
                 )
             )
+    return lines
+
+
+@register.simple_tag
+def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
+    """Finished jobs per minute: bars for the total on a labelled left axis (jobs / min), a
+    line per scope on the same axis, and the failed-or-unknown share as a dashed line on a
+    right axis (0–100 %). Server-rendered SVG: no JS library, no CSP exception."""
+    points: Sequence[tuple[str, int]] = getattr(throughput, "points", [])
+    by_scope: dict[str, list[int]] = getattr(throughput, "by_scope", {})
+    rates: list[float | None] = list(getattr(throughput, "bad_rate", []))
+    peak = max((value for _, value in points), default=0)
+    plot = _Plot(count=max(len(points), 1), top=nice_ceiling(peak))
+    lines = [*_scope_lines(plot, by_scope), *_rate_lines(plot, rates)]
     return format_html(
         '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">'
         "<title>{}</title>{}{}{}</svg>",
@@ -467,8 +498,8 @@ def throughput_chart(throughput: object, *, title: str = "") -> SafeString:
         str(CHART_H),
         title,
         title,
-        _join(parts),
-        bars,
+        _join(_chart_axes(plot, points)),
+        _chart_bars(plot, points),
         _join(lines),
     )
 

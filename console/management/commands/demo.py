@@ -90,6 +90,101 @@ def wait_until_up(url: str, *, timeout: float, alive: Any) -> bool:
     return False
 
 
+# The demo's knobs: (flag, type, default, help); ``--bind`` takes a host:port as text.
+OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
+    (
+        "--port",
+        int,
+        None,
+        "port to serve on at 127.0.0.1; default: the PORT (or DEMO_PORT) environment "
+        "variable, else 8000 (`make demo PORT=8001` sets it). A busy port is refused.",
+    ),
+    ("--lease", int, 15, "executor lease in seconds (default 15)"),
+    ("--poll", float, 1.0, "executor poll interval in seconds (1)"),
+    (
+        "--trickle",
+        float,
+        6.0,
+        "seconds between batches of new SAVE jobs; 0 turns the producer off (6)",
+    ),
+    ("--sweep-every", float, 5.0, "sweeper interval in seconds (5)"),
+    (
+        "--reconcile-every",
+        float,
+        45.0,
+        "seconds before the auto-reconciler's first pass and between passes (45)",
+    ),
+    ("--store", str, "vault", "store the consolidator works on (vault)"),
+    ("--run-lease", int, 60, "consolidation run lease in seconds (60)"),
+    ("--web-workers", int, 2, "gunicorn worker processes (2)"),
+)
+
+
+def _executor(scope: str, options: dict[str, Any]) -> ChildSpec:
+    """An executor of one scope; progress lines every 30 s keep the terminal readable beside
+    the producer's lines."""
+    lease, poll = str(options["lease"]), str(options["poll"])
+    quiet = ("--progress-every", "30")
+    return ChildSpec(
+        scope, manage("run_executor", "--scope", scope, "--lease", lease, "--poll", poll, *quiet)
+    )
+
+
+def _report(supervisor: Supervisor, statuses: dict[str, int | None]) -> bool:
+    """Say how each process stopped; True when every one stopped cleanly."""
+    clean = True
+    for name, status in statuses.items():
+        if status is None:
+            verdict = "killed (did not stop in time)"
+            clean = False
+        elif status in (0, -signal.SIGTERM):
+            verdict = "stopped"
+        else:
+            verdict = f"exited {status}"
+            clean = False
+        supervisor.say("demo", f"  {name:<12} {verdict}")
+    return clean
+
+
+def _stop_on_signals() -> dict[str, bool]:
+    """Ctrl-C and SIGTERM set the returned flag; a second one stops waiting."""
+    stopping = {"flag": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stopping["flag"]:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop waiting, kill what is left
+        stopping["flag"] = True
+
+    # Ctrl-C and SIGTERM both stop the demo between two supervisor turns (never in the
+    # middle of the producer's transaction). Set explicitly: a shell that starts the demo
+    # in the background hands it SIGINT ignored.
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    return stopping
+
+
+def _announce(supervisor: Supervisor, url_host: str, port: int, bind: str) -> None:
+    """Once the web server answers, print the URL, the users and the password."""
+    web = supervisor.children[0].proc
+    up = wait_until_up(
+        f"http://{url_host}:{port}/healthz",
+        timeout=READY_TIMEOUT,
+        alive=lambda: web is not None and web.poll() is None,
+    )
+    if not up:
+        supervisor.say("demo", f"the web server does not answer on {bind}")
+        return
+    password, _source = demo_password()
+    for line in (
+        "",
+        f"console:  http://{url_host}:{port}/",
+        f"users:    {', '.join(USERS)}   password: {password}",
+        "Ctrl-C stops everything.",
+        "",
+    ):
+        supervisor.say("demo", line)
+
+
 class Command(BaseCommand):
     help = (
         "Run the whole demo on the configured database (SQLite under var/ by default): migrate, "
@@ -107,43 +202,8 @@ class Command(BaseCommand):
             default=None,
             help="host:port to serve on (default 127.0.0.1 and the port below)",
         )
-        parser.add_argument(
-            "--port",
-            type=int,
-            default=None,
-            help="port to serve on at 127.0.0.1; default: the PORT (or DEMO_PORT) environment "
-            "variable, else 8000 (`make demo PORT=8001` sets it). A busy port is refused.",
-        )
-        parser.add_argument(
-            "--lease", type=int, default=15, help="executor lease in seconds (default 15)"
-        )
-        parser.add_argument(
-            "--poll", type=float, default=1.0, help="executor poll interval in seconds (1)"
-        )
-        parser.add_argument(
-            "--trickle",
-            type=float,
-            default=6.0,
-            help="seconds between batches of new SAVE jobs; 0 turns the producer off (6)",
-        )
-        parser.add_argument(
-            "--sweep-every", type=float, default=5.0, help="sweeper interval in seconds (5)"
-        )
-        parser.add_argument(
-            "--reconcile-every",
-            type=float,
-            default=45.0,
-            help="seconds before the auto-reconciler's first pass and between passes (45)",
-        )
-        parser.add_argument(
-            "--store", default="vault", help="store the consolidator works on (vault)"
-        )
-        parser.add_argument(
-            "--run-lease", type=int, default=60, help="consolidation run lease in seconds (60)"
-        )
-        parser.add_argument(
-            "--web-workers", type=int, default=2, help="gunicorn worker processes (2)"
-        )
+        for flag, kind, default, text in OPTIONS:
+            parser.add_argument(flag, type=kind, default=default, help=text)
 
     @staticmethod
     def check_options(options: dict[str, Any]) -> None:
@@ -162,9 +222,6 @@ class Command(BaseCommand):
             raise CommandError(f"--run-lease must be at least 1 s, got {options['run_lease']}")
 
     def children(self, options: dict[str, Any]) -> list[ChildSpec]:
-        lease, poll = str(options["lease"]), str(options["poll"])
-        # Progress lines every 30 s keep the terminal readable beside the producer's lines.
-        quiet = ("--progress-every", "30")
         return [
             ChildSpec(
                 "web",
@@ -182,16 +239,8 @@ class Command(BaseCommand):
                 ],
                 essential=True,
             ),
-            ChildSpec(
-                "save",
-                manage("run_executor", "--scope", "save", "--lease", lease, "--poll", poll, *quiet),
-            ),
-            ChildSpec(
-                "delete",
-                manage(
-                    "run_executor", "--scope", "delete", "--lease", lease, "--poll", poll, *quiet
-                ),
-            ),
+            _executor("save", options),
+            _executor("delete", options),
             ChildSpec(
                 "sweeper",
                 manage("recover_stale", "--loop", "--interval", str(options["sweep_every"])),
@@ -236,48 +285,16 @@ class Command(BaseCommand):
         self.stdout.write("== seed_demo")
         call_command("seed_demo", stdout=self.stdout)
 
-        stopping = {"flag": False}
-
-        def on_signal(signum: int, frame: Any) -> None:
-            if stopping["flag"]:
-                raise KeyboardInterrupt  # a second Ctrl-C: stop waiting, kill what is left
-            stopping["flag"] = True
-
-        # Ctrl-C and SIGTERM both stop the demo between two supervisor turns (never in the
-        # middle of the producer's transaction). Set explicitly: a shell that starts the demo
-        # in the background hands it SIGINT ignored.
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
+        stopping = _stop_on_signals()
         supervisor = Supervisor(self.children(options), out=self.stdout)
         trickle = Trickle(say=lambda line: supervisor.say("producer", line))
         url_host = "127.0.0.1" if host in ("0.0.0.0", "") else host
         announced = {"flag": False}
 
-        def announce() -> None:
-
-            web = supervisor.children[0].proc
-            up = wait_until_up(
-                f"http://{url_host}:{port}/healthz",
-                timeout=READY_TIMEOUT,
-                alive=lambda: web is not None and web.poll() is None,
-            )
-            if not up:
-                supervisor.say("demo", f"the web server does not answer on {options['bind']}")
-                return
-            password, _source = demo_password()
-            for line in (
-                "",
-                f"console:  http://{url_host}:{port}/",
-                f"users:    {', '.join(USERS)}   password: {password}",
-                "Ctrl-C stops everything.",
-                "",
-            ):
-                supervisor.say("demo", line)
-
         def tick() -> None:
             if not announced["flag"]:
                 announced["flag"] = True
-                announce()
+                _announce(supervisor, url_host, port, options["bind"])
             if options["trickle"] > 0:
                 trickle.tick()
 
@@ -291,17 +308,7 @@ class Command(BaseCommand):
             # Whatever ended the loop (even a broken terminal), the children are stopped.
             supervisor.say("demo", "stopping: SIGTERM to every process, waiting for each")
             statuses = supervisor.stop()
-        clean = True
-        for name, status in statuses.items():
-            if status is None:
-                verdict = "killed (did not stop in time)"
-                clean = False
-            elif status in (0, -signal.SIGTERM):
-                verdict = "stopped"
-            else:
-                verdict = f"exited {status}"
-                clean = False
-            supervisor.say("demo", f"  {name:<12} {verdict}")
+        clean = _report(supervisor, statuses)
         if died:
             raise CommandError(f"the {died} process died; the demo stopped")
         supervisor.say("demo", "demo stopped cleanly" if clean else "demo stopped (see above)")

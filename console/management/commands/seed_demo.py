@@ -168,6 +168,12 @@ class Seeder:
         )
         return job.claim_id
 
+    def begin(self, job_id: str, *, worker: str = SEED_WORKER, lease: int | None = None) -> str:
+        """Claim the job and begin it, as a worker does before it writes; the claim id."""
+        claim = self.claim(job_id, worker=worker, lease=lease)
+        transitions.begin_job(job_id, claim_id=claim, actor=worker)
+        return claim
+
     def approve(self, job_id: str, *, reason: str = "seeded: object is a known duplicate") -> None:
 
         approve_delete(job_id, approver=self.approver, reason=reason)
@@ -176,8 +182,7 @@ class Seeder:
         """A SAVE that a worker ran to the end: the object is in the vault."""
         doc = save_doc(name, content)
         job_id = self.create(doc)
-        claim = self.claim(job_id)
-        transitions.begin_job(job_id, claim_id=claim, actor=SEED_WORKER)
+        claim = self.begin(job_id)
         write_object(doc["vault_path"], content)
         transitions.complete_job(job_id, claim_id=claim, actor=SEED_WORKER)
 
@@ -188,8 +193,7 @@ class Seeder:
             write_object(doc["vault_path"], vault_content)
         job_id = self.create(doc, requested_by="operator")
         self.approve(job_id)
-        claim = self.claim(job_id)
-        transitions.begin_job(job_id, claim_id=claim, actor=SEED_WORKER)
+        claim = self.begin(job_id)
         transitions.mark_outcome_unknown(
             job_id,
             claim_id=claim,
@@ -200,111 +204,116 @@ class Seeder:
     # The catalogue --------------------------------------------------------------------------
 
     def seeds(self) -> list[Seed]:
+        return [*self.save_seeds(), *self.delete_seeds()]
+
+    def claimed(self) -> None:
+        job_id = self.create(save_doc("meeting-notes", body("meeting-notes")))
+        self.claim(job_id, worker=LOST_WORKER)
+
+    def executing(self) -> None:
+        job_id = self.create(save_doc("changelog", body("changelog")))
+        self.begin(job_id, worker=LOST_WORKER, lease=self.lease_seconds + 30)
+
+    def lapsed(self) -> None:
+        job_id = self.create(save_doc("draft", body("draft")))
+        self.claim(job_id, worker=LOST_WORKER, lease=1)
+
+    def failed(self) -> None:
+        job_id = self.create(save_doc("oversized-export", body("oversized-export")))
+        claim = self.begin(job_id)
+        transitions.fail_job(
+            job_id,
+            claim_id=claim,
+            actor=SEED_WORKER,
+            result_code="VAULT_UNAVAILABLE",
+            error="vault root was read-only (seeded failure; retry it)",
+        )
+
+    def save_seeds(self) -> list[Seed]:
         s = self
         out: list[Seed] = []
-
-        def add(job_id: str, label: str, make: Callable[[], None]) -> None:
-            out.append(Seed(job_id, label, make))
-
         for name in ("handbook", "roadmap", "glossary"):
-            add(f"seed-save-{name}", "SUCCEEDED", lambda n=name: s.run_save(n, body(n)))
+            out.append(
+                Seed(f"seed-save-{name}", "SUCCEEDED", lambda n=name: s.run_save(n, body(n)))
+            )
         # Three objects with identical content: the consolidator's duplicates.
         for name in ("checklist-a", "checklist-b", "checklist-c"):
-            add(
-                f"seed-save-{name}",
-                "SUCCEEDED (duplicate)",
-                lambda n=name: s.run_save(n, DUPLICATE_BODY),
+            out.append(
+                Seed(
+                    f"seed-save-{name}",
+                    "SUCCEEDED (duplicate)",
+                    lambda n=name: s.run_save(n, DUPLICATE_BODY),
+                )
             )
         for name in ("inbox-zero", "faq"):
-            add(f"seed-save-{name}", "READY", lambda n=name: s.create(save_doc(n, body(n))))
-
-        def claimed() -> None:
-            job_id = s.create(save_doc("meeting-notes", body("meeting-notes")))
-            s.claim(job_id, worker=LOST_WORKER)
-
-        add("seed-save-meeting-notes", "CLAIMED (worker gone, lease ticking)", claimed)
-
-        def executing() -> None:
-            job_id = s.create(save_doc("changelog", body("changelog")))
-            claim = s.claim(job_id, worker=LOST_WORKER, lease=self.lease_seconds + 30)
-            transitions.begin_job(job_id, claim_id=claim, actor=LOST_WORKER)
-
-        add("seed-save-changelog", "EXECUTING (worker gone, lease ticking)", executing)
-
-        def lapsed() -> None:
-            job_id = s.create(save_doc("draft", body("draft")))
-            s.claim(job_id, worker=LOST_WORKER, lease=1)
-
-        add("seed-save-draft", "CLAIMED, lease lapsed (awaiting the sweep)", lapsed)
-
-        def failed() -> None:
-            job_id = s.create(save_doc("oversized-export", body("oversized-export")))
-            claim = s.claim(job_id)
-            transitions.begin_job(job_id, claim_id=claim, actor=SEED_WORKER)
-            transitions.fail_job(
-                job_id,
-                claim_id=claim,
-                actor=SEED_WORKER,
-                result_code="VAULT_UNAVAILABLE",
-                error="vault root was read-only (seeded failure; retry it)",
+            out.append(
+                Seed(f"seed-save-{name}", "READY", lambda n=name: s.create(save_doc(n, body(n))))
             )
+        return [
+            *out,
+            Seed("seed-save-meeting-notes", "CLAIMED (worker gone, lease ticking)", s.claimed),
+            Seed("seed-save-changelog", "EXECUTING (worker gone, lease ticking)", s.executing),
+            Seed("seed-save-draft", "CLAIMED, lease lapsed (awaiting the sweep)", s.lapsed),
+            Seed("seed-save-oversized-export", "FAILED (retry it)", s.failed),
+        ]
 
-        add("seed-save-oversized-export", "FAILED (retry it)", failed)
+    def rejected(self) -> None:
+        job_id = self.create(delete_doc("handbook", body("handbook")), requested_by="operator")
+        deny_delete(job_id, approver=self.approver, reason="the handbook is still in use")
 
-        # Awaiting approval: one asked by the operator, one by the approver (four-eyes: the
-        # approver cannot decide their own request; admin can).
-        add(
-            "seed-delete-checklist-c-r1",
-            "CREATED (awaiting approval, asked by operator)",
-            lambda: s.create(delete_doc("checklist-c", DUPLICATE_BODY), requested_by="operator"),
+    def reconciled(self) -> None:
+        self.unknown_delete("temp-upload", body("temp-upload"), vault_content=None)
+        confirm_deleted(
+            "seed-delete-temp-upload-r1",
+            actor="operator",
+            reason="probe shows the object is gone",
         )
-        add(
-            "seed-delete-checklist-b-r1",
-            "CREATED (awaiting approval, asked by approver)",
-            lambda: s.create(delete_doc("checklist-b", DUPLICATE_BODY), requested_by="approver"),
-        )
 
-        def rejected() -> None:
-
-            job_id = s.create(delete_doc("handbook", body("handbook")), requested_by="operator")
-            deny_delete(job_id, approver=self.approver, reason="the handbook is still in use")
-
-        add("seed-delete-handbook-r1", "REJECTED (approval denied)", rejected)
-
-        # Unknown outcomes: absent (confirm deleted), untouched (not applied), changed (conflict).
-        add(
-            "seed-delete-old-minutes-r1",
-            "OUTCOME_UNKNOWN (object absent)",
-            lambda: s.unknown_delete("old-minutes", body("old-minutes"), vault_content=None),
-        )
-        add(
-            "seed-delete-stale-plan-r1",
-            "OUTCOME_UNKNOWN (object untouched)",
-            lambda: s.unknown_delete(
-                "stale-plan", body("stale-plan"), vault_content=body("stale-plan")
+    def delete_seeds(self) -> list[Seed]:
+        s = self
+        return [
+            # Awaiting approval: one asked by the operator, one by the approver (four-eyes: the
+            # approver cannot decide their own request; admin can).
+            Seed(
+                "seed-delete-checklist-c-r1",
+                "CREATED (awaiting approval, asked by operator)",
+                lambda: s.create(
+                    delete_doc("checklist-c", DUPLICATE_BODY), requested_by="operator"
+                ),
             ),
-        )
-        add(
-            "seed-delete-shared-notes-r1",
-            "OUTCOME_UNKNOWN (object changed since: conflict)",
-            lambda: s.unknown_delete(
-                "shared-notes",
-                body("shared-notes"),
-                vault_content=body("shared-notes") + "\nEdited after the delete was asked.\n",
+            Seed(
+                "seed-delete-checklist-b-r1",
+                "CREATED (awaiting approval, asked by approver)",
+                lambda: s.create(
+                    delete_doc("checklist-b", DUPLICATE_BODY), requested_by="approver"
+                ),
             ),
-        )
-
-        def reconciled() -> None:
-
-            s.unknown_delete("temp-upload", body("temp-upload"), vault_content=None)
-            confirm_deleted(
-                "seed-delete-temp-upload-r1",
-                actor="operator",
-                reason="probe shows the object is gone",
-            )
-
-        add("seed-delete-temp-upload-r1", "RECONCILED", reconciled)
-        return out
+            Seed("seed-delete-handbook-r1", "REJECTED (approval denied)", s.rejected),
+            # Unknown outcomes: absent (confirm deleted), untouched (not applied), changed
+            # (conflict).
+            Seed(
+                "seed-delete-old-minutes-r1",
+                "OUTCOME_UNKNOWN (object absent)",
+                lambda: s.unknown_delete("old-minutes", body("old-minutes"), vault_content=None),
+            ),
+            Seed(
+                "seed-delete-stale-plan-r1",
+                "OUTCOME_UNKNOWN (object untouched)",
+                lambda: s.unknown_delete(
+                    "stale-plan", body("stale-plan"), vault_content=body("stale-plan")
+                ),
+            ),
+            Seed(
+                "seed-delete-shared-notes-r1",
+                "OUTCOME_UNKNOWN (object changed since: conflict)",
+                lambda: s.unknown_delete(
+                    "shared-notes",
+                    body("shared-notes"),
+                    vault_content=body("shared-notes") + "\nEdited after the delete was asked.\n",
+                ),
+            ),
+            Seed("seed-delete-temp-upload-r1", "RECONCILED", s.reconciled),
+        ]
 
     def run(self, write: Callable[[str], None]) -> tuple[int, int]:
         made = skipped = 0
