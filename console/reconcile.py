@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -17,11 +18,11 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
-from django_htmx.http import trigger_client_event
 
 from audit.models import AuditEvent
 from console.htmx import dom_id, region_template
 from console.policy import ActionContext, action, page
+from console.regions import row_response
 from core.clock import db_now
 from core.paging import COUNT_CAP, capped_count
 from inbox import reconcile as svc
@@ -53,6 +54,8 @@ class UnknownCase:
     fresh_job: Job | None = None
     # What the auto-reconcile rule would do with this case now (``inbox.reconcile.decide``).
     action: str = svc.SKIP
+    # What the former holder reported after its lease lapsed: shown, never acted on.
+    holder_report: svc.HolderReport | None = None
 
     @property
     def is_open(self) -> bool:
@@ -66,7 +69,9 @@ class UnknownCase:
 
     @cached_property
     def diagnosis(self) -> str:
-        """What the evidence says, in the operator's words (DESIGN §1.7)."""
+        """What the vault evidence says, in the operator's words: absent means the delete
+        happened; present with the expected hash, that it did not; present with another
+        hash, that someone changed the object, which only an operator may decide."""
         ev = self.evidence
         if not self.probed:
             return "no vault probe: its effect lies outside the vault; an operator decides"
@@ -118,6 +123,7 @@ def _cases(jobs: list[Job], now: dt.datetime) -> list[UnknownCase]:
         for w in Worker.objects.filter(worker_id__in={j.worker_id for j in jobs if j.worker_id})
     }
     fresh = {j.supersedes: j for j in Job.objects.filter(supersedes__in=ids).order_by("created_at")}
+    reports = svc.holder_reports(jobs)
     cases = []
     for assessment in svc.assess(jobs, now=now):
         job = assessment.job
@@ -133,6 +139,7 @@ def _cases(jobs: list[Job], now: dt.datetime) -> list[UnknownCase]:
                 worker_alive=is_alive(worker, now) if worker else None,
                 chain=chains.get(job.job_id, []),
                 fresh_job=fresh.get(job.job_id),
+                holder_report=reports.get(job.job_id),
             )
         )
     return cases
@@ -220,33 +227,48 @@ def _case_response(request: HttpRequest, job_id: str, act: ActionContext) -> Htt
     case = unknown_case(job_id)
     if case is None:
         raise Http404(f"job {job_id!r} does not exist")
-    response = render(request, f"{RECONCILE}#unknown-case", {"case": case, "act": act})
-    if act.results:
-        # The bulk preview above the queue is stale now; it reloads itself on this event.
-        trigger_client_event(response, "reconcile-changed")
-    return response
+    # A decision changes the bulk preview above the queue: it reloads itself on the event.
+    return row_response(
+        request,
+        f"{RECONCILE}#unknown-case",
+        {"case": case},
+        act=act,
+        changed_event="reconcile-changed",
+    )
+
+
+def _decided(
+    request: HttpRequest, job_id: str, act: ActionContext, decide: Callable[[], object], done: str
+) -> HttpResponse:
+    """Carry out one decision on a case and answer with the case as it is now."""
+    act.perform(decide, done=done)
+    return _case_response(request, job_id, act)
 
 
 @action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
 def reconcile_confirm_deleted(request: HttpRequest, job_id: str, *, act: ActionContext):
-    act.perform(
+    return _decided(
+        request,
+        job_id,
+        act,
         lambda: svc.confirm_deleted(job_id, actor=act.actor, reason=act.reason),
-        done="Confirmed deleted: the job is RECONCILED (CONFIRMED_DELETED).",
+        "Confirmed deleted: the job is RECONCILED (CONFIRMED_DELETED).",
     )
-    return _case_response(request, job_id, act)
 
 
 @action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
 def reconcile_not_applied(request: HttpRequest, job_id: str, *, act: ActionContext):
     fresh = request.POST.get("fresh_delete") == "1"
-    act.perform(
+    return _decided(
+        request,
+        job_id,
+        act,
         lambda: svc.not_applied(
             job_id, actor=act.actor, reason=act.reason, request_fresh_delete=fresh
         ),
-        done="Not applied: the job is RECONCILED (NOT_APPLIED)"
+        "Not applied: the job is RECONCILED (NOT_APPLIED)"
         + ("; a fresh DELETE was requested and awaits approval." if fresh else "."),
     )
-    return _case_response(request, job_id, act)
 
 
 # An operator's decision on a case no probe can decide: the POSTed outcome → applied?
@@ -272,11 +294,13 @@ def reconcile_decide(request: HttpRequest, job_id: str, *, act: ActionContext):
 
 @action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
 def reconcile_annotate(request: HttpRequest, job_id: str, *, act: ActionContext):
-    act.perform(
+    return _decided(
+        request,
+        job_id,
+        act,
         lambda: svc.annotate(job_id, actor=act.actor, reason=act.reason),
-        done="Annotated: the job stays OUTCOME_UNKNOWN with your note in its trail.",
+        "Annotated: the job stays OUTCOME_UNKNOWN with your note in its trail.",
     )
-    return _case_response(request, job_id, act)
 
 
 @dataclass

@@ -10,6 +10,9 @@ services the console calls. Job state changes only through ``inbox.transitions``
 A type no vault probe can decide (a non-idempotent task: its effect lies outside the vault) is
 never probed and never decided automatically: an operator decides it (``decide_unprobed``:
 APPLIED or NOT_APPLIED, with a reason); the probe-based outcomes refuse it.
+
+The former holder's late report (``holder_reports``: what it said it did after its lease
+lapsed, recorded as STALE_WRITE_REJECTED) is shown beside the evidence, never acted on.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from typing import Any
 
 from django.db import transaction
 
+from audit.models import AuditEvent, EventType
 from core.clock import db_now
 from core.errors import Busy
 from inbox import transitions, vault
 from inbox.errors import InboxError, InvalidTransition, JobNotFound
 from inbox.models import Job, JobState
+from inbox.writer.recovery import left_alone
 
 CONFIRMED_DELETED = "CONFIRMED_DELETED"
 NOT_APPLIED = "NOT_APPLIED"
@@ -220,6 +225,61 @@ def _diagnosis(evidence: Evidence) -> str:
     return DIAG_NOT_APPLIED if evidence.matches else DIAG_CONFLICT
 
 
+@dataclass(frozen=True)
+class HolderReport:
+    """What the former holder of a parked job reported after its lease lapsed (its outcome,
+    refused and recorded as STALE_WRITE_REJECTED): its word, shown to the operator beside the
+    vault evidence."""
+
+    worker_id: str
+    claim_id: str
+    attempt: int | None
+    to: str
+    result_code: str
+    error: str
+    reported_at: dt.datetime
+
+    @property
+    def words(self) -> str:
+        """The outcome in an operator's words ("deleted", "failed (HASH_MISMATCH: …)")."""
+        why = f"{self.result_code}: {self.error}" if self.error else self.result_code
+        if self.to == JobState.SUCCEEDED:
+            return "deleted" if self.result_code == "DELETED" else f"succeeded ({why})"
+        if self.to == JobState.FAILED:
+            return f"failed, nothing changed ({why})"
+        if self.to == JobState.READY:
+            return f"failed and asked for a retry ({why})"
+        return f"could not tell whether it happened ({why})"
+
+
+def holder_reports(jobs: Iterable[Job]) -> dict[str, HolderReport]:
+    """The latest late report of each job's last holder, under the claim the job still
+    carries (the one the sweep took it from), in one query."""
+    claims = {job.job_id: job.claim_id for job in jobs if job.claim_id}
+    if not claims:
+        return {}
+    rows = AuditEvent.objects.filter(
+        job_id__in=list(claims),
+        event_type=EventType.STALE_WRITE_REJECTED,
+        detail__has_key="reported",
+    ).order_by("event_id")
+    out: dict[str, HolderReport] = {}
+    for event in rows:
+        detail, reported = event.detail, event.detail["reported"]
+        if detail.get("claim_id") != claims[event.job_id]:
+            continue  # an older claim's holder: not the one whose lease lapsed last
+        out[event.job_id] = HolderReport(
+            worker_id=event.actor,
+            claim_id=detail["claim_id"],
+            attempt=detail.get("attempt"),
+            to=reported.get("to", ""),
+            result_code=reported.get("result_code", ""),
+            error=(reported.get("detail") or {}).get("error", ""),
+            reported_at=event.created_at,
+        )
+    return out
+
+
 # --- the automatic reconciler -----------------------------------------------------------------
 
 
@@ -243,11 +303,7 @@ class AutoReport:
         )
         if self.skipped:
             text += f"; {len(self.skipped)} skipped"
-        if self.refused:
-            text += f"; {len(self.refused)} refused (changed meanwhile)"
-        if self.busy:
-            text += f"; {len(self.busy)} busy (locked right now; taken on the next pass)"
-        return text
+        return text + left_alone(len(self.refused), "changed meanwhile", len(self.busy))
 
 
 @dataclass(frozen=True)
@@ -269,7 +325,12 @@ class Assessment:
 
 def decide(job: Job, evidence: Evidence | None) -> str:
     """The auto-reconcile rule, written once: only an absent object is decided
-    (CONFIRM); a present one is annotated with its diagnosis unless it already carries it."""
+    (CONFIRM); a present one is annotated with its diagnosis unless it already carries it.
+
+    Only the vault probe counts here. The former holder's late report (``holder_reports``) is
+    not conclusive: it is the word of a worker whose lease had lapsed, about a vault that
+    anyone may have changed since, so it is shown to the operator and never acted on, whether
+    it agrees with the probe or not."""
     if job.state != JobState.OUTCOME_UNKNOWN or evidence is None:
         return SKIP
     if not evidence.present:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from django.db import connection
 
@@ -77,15 +77,19 @@ def claim_next_jobs(
     ).jobs
 
 
-def claim_and_begin_jobs(
-    *,
-    scope: str,
-    worker_id: str,
-    lease_seconds: int,
-    limit: int,
-    authorize: Callable[[Job], bool],
-    at: dt.datetime | None = None,
-) -> list[Job]:
+class BatchClaim(TypedDict):
+    """What a claim that begins at once takes (``claim_and_begin_jobs``, and the claim that
+    ``finish_and_claim_jobs`` makes with the outcomes)."""
+
+    scope: str
+    worker_id: str
+    lease_seconds: int
+    limit: int
+    authorize: Callable[[Job], bool]
+    at: NotRequired[dt.datetime | None]
+
+
+def claim_and_begin_jobs(**claim: Unpack[BatchClaim]) -> list[Job]:
     """READY → CLAIMED → EXECUTING in one guarded UPDATE: the executor's claim of jobs it
     begins at once (idempotent types that need no approval; the lifecycle's two edges, both
     recorded), the next ``limit`` of ``scope`` in claim order unless the scope is paused.
@@ -100,19 +104,12 @@ def claim_and_begin_jobs(
     its own. The intermediate CLAIMED state is never visible to anyone: with separate steps
     the claim and the begin of these jobs commit together too.
     """
-    claim = claim_and_begin_move(scope, worker_id, lease_seconds, limit, authorize, at)
-    return run_moves([claim])[0].jobs
+    return run_moves([claim_and_begin_move(claim)])[0].jobs
 
 
-def claim_and_begin_move(
-    scope: str,
-    worker_id: str,
-    lease_seconds: int,
-    limit: int,
-    authorize: Callable[[Job], bool],
-    at: dt.datetime | None,
-) -> Move:
+def claim_and_begin_move(claim: BatchClaim) -> Move:
     """``claim_and_begin_jobs``'s move."""
+    limit, worker_id, lease_seconds = claim["limit"], claim["worker_id"], claim["lease_seconds"]
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     if not worker_id:
@@ -125,11 +122,11 @@ def claim_and_begin_move(
         claim_and_begin_events(worker_id),
         values=lambda now: _claim_values(worker_id, now, lease_end(now, lease_seconds)),
         row_events=CLAIM_AND_BEGIN_ROW_EVENTS,
-        accept=authorize,
-        pick=Pick(scope, limit, unless_paused=True),
+        accept=claim["authorize"],
+        pick=Pick(claim["scope"], limit, unless_paused=True),
         fail_closed=True,
         savepoint=False,
-        at=at,
+        at=claim.get("at"),
     )
 
 

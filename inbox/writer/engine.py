@@ -53,7 +53,7 @@ def run_moves(moves: Sequence[Move]) -> list[Moved]:
         all_refused = {**refused, **attempt_refused} if n == 0 else attempt_refused
         # Refusals are written after the transition's own transaction: nothing of it is kept.
         for job, item in stale:
-            record_stale_write(job, m.to or job.state, item.claim_id or "", m.actor, m.at)
+            record_stale_write(job, item, m)
         for job in [*(drifted if n == 0 else []), *attempt_drifted]:
             record_drift(job, m.to or job.state, m.actor, m.at)
         result = Moved()

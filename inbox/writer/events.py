@@ -13,7 +13,7 @@ from audit.events import Event, PairedEvents, RowEvent
 from audit.models import EventType
 from inbox.models import Job
 from inbox.writer.sql import iso_sql
-from inbox.writer.values import EventsFor, Held, Outcome, S
+from inbox.writer.values import EventsFor, Held, Move, Outcome, S
 
 # The event that records each outcome state.
 FINISH_EVENT = {
@@ -181,7 +181,12 @@ def outcome_events(actor: str, outcomes: Mapping[str, Outcome]) -> EventsFor:
 
 
 def _job_event(
-    event_type: str, actor: str, job: Job, code: str, detail: dict[str, Any], now: dt.datetime
+    event_type: str,
+    actor: str,
+    job: Job,
+    code: str,
+    detail: dict[str, Any],
+    now: dt.datetime | None,
 ) -> Event:
     return Event(event_type, actor, job.job_id, None, code, detail, now)
 
@@ -226,3 +231,44 @@ def recovery_events(actor: str, to: str) -> EventsFor:
         ]
 
     return events
+
+
+def reported_outcome(o: Outcome) -> dict[str, Any]:
+    """What a holder reported, in the form its outcome events would have recorded it
+    (``outcome_details``): the state it asked for, its result code, the outcome's detail (its
+    error included) and, when it carried one, EXECUTED's detail (what its handler did)."""
+    first_code, first, second = outcome_details(o)
+    reported: dict[str, Any] = {"to": o.to, "result_code": o.result_code, "detail": second}
+    if first is not None:
+        reported["executed"] = {"result_code": first_code, **first}
+    if o.retry_in is not None:
+        reported["retry_in_s"] = round(o.retry_in, 3)
+    return reported
+
+
+def stale_write_event(job: Job, item: Held, move: Move) -> Event:
+    """STALE_WRITE_REJECTED: a holder's write refused because its claim is no longer its own
+    (``job`` as stored now). A refused outcome also carries what the holder reported
+    (``Move.reported``) and, when its claim is still on the row (the sweep moved the job
+    after its lease lapsed), the attempt that claim was."""
+    claim_id = item.claim_id or ""
+    detail: dict[str, Any] = {
+        "state": job.state,
+        "to": move.to or job.state,
+        "claim_id": claim_id,
+        "current_claim_id": job.claim_id,
+        "current_worker_id": job.worker_id,
+    }
+    if move.reported is not None:
+        if job.claim_id == claim_id:
+            detail["attempt"] = job.attempt_count
+        detail["reported"] = move.reported(item)
+    return _job_event(
+        EventType.STALE_WRITE_REJECTED, move.actor, job, "LOST_CLAIM", detail, move.at
+    )
+
+
+def drift_event(job: Job, to: str, actor: str, current: str, at: dt.datetime | None) -> Event:
+    """FINGERPRINT_DRIFT: a transition to ``to`` refused because the sealed fields changed."""
+    detail = {"state": job.state, "to": to, "sealed": job.fingerprint, "current": current}
+    return _job_event(EventType.FINGERPRINT_DRIFT, actor, job, "FINGERPRINT_DRIFT", detail, at)

@@ -11,9 +11,9 @@ from core.clock import db_now
 from inbox.errors import InvalidTransition
 from inbox.jobtypes import registry
 from inbox.models import Job
-from inbox.writer.claims import claim_and_begin_move
+from inbox.writer.claims import BatchClaim, claim_and_begin_move
 from inbox.writer.engine import run, run_moves
-from inbox.writer.events import FINISH_EVENT, outcome_events, outcome_pairs
+from inbox.writer.events import FINISH_EVENT, outcome_events, outcome_pairs, reported_outcome
 from inbox.writer.rows import lock_jobs
 from inbox.writer.values import (
     CLEARED_CLAIM,
@@ -28,52 +28,69 @@ from inbox.writer.values import (
 
 
 def finish_and_claim_jobs(
-    outcomes: Sequence[Outcome],
-    *,
-    scope: str,
-    worker_id: str,
-    lease_seconds: int,
-    limit: int,
-    authorize: Callable[[Job], bool],
-    at: dt.datetime | None = None,
+    outcomes: Sequence[Outcome], **claim: Unpack[BatchClaim]
 ) -> tuple[Moved, list[Job]]:
     """The executor's turn as one write: its ``outcomes`` recorded (``finish_jobs``) and the
-    next batch claimed and begun (``claim_and_begin_jobs``), in the caller's transaction with
-    no savepoint of its own; refusals raise ``BatchRefused`` as there.
+    next batch claimed and begun (``claim_and_begin_jobs``, whose arguments ``claim`` are), in
+    the caller's transaction with no savepoint of its own; refusals raise ``BatchRefused`` as
+    there.
 
     On PostgreSQL, outcomes that are all one final state and code (the usual turn: every job
     SUCCEEDED) and the claim are one statement — one round trip for the whole turn; other
     outcomes (a retry, a mix) are recorded first, then the claim is made.
     """
-    claim = claim_and_begin_move(scope, worker_id, lease_seconds, limit, authorize, at)
+    move = claim_and_begin_move(claim)
+    worker_id, at = claim["worker_id"], claim.get("at")
     if not outcomes:
-        return Moved(), run_moves([claim])[0].jobs
+        return Moved(), run_moves([move])[0].jobs
     groups = _outcome_groups(outcomes)
     to, result_code, error, _retry_in = next(iter(groups))
     if connection.vendor != "postgresql" or len(groups) > 1 or to == S.READY:
         finished = finish_jobs(outcomes, actor=worker_id, savepoint=False, at=at)
-        return finished, run_moves([claim])[0].jobs
-    values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
-    if error:
-        values["last_error"] = error
+        return finished, run_moves([move])[0].jobs
     by_id = {o.job.job_id: o for o in outcomes}
-    finishing = Move(
+    finishing = _outcome_move(
         [Held.of(o.job) for o in outcomes],
         to,
-        (S.EXECUTING,),
         worker_id,
-        outcome_events(worker_id, by_id),
-        values=values,
-        fence="holder",
+        by_id,
+        values=_outcome_values(result_code, error),
         fail_closed=True,
         savepoint=False,
-        events_ahead=True,
         full=False,
         at=at,
         paired=outcome_pairs(worker_id, to, by_id),
     )
-    finished, claimed = run_moves([finishing, claim])
+    finished, claimed = run_moves([finishing, move])
     return finished, claimed.jobs
+
+
+def _outcome_values(result_code: str, error: str) -> dict[str, Any]:
+    """What an outcome's UPDATE assigns besides the state."""
+    values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
+    if error:
+        values["last_error"] = error
+    return values
+
+
+def _outcome_move(
+    held: list[Held], to: str, actor: str, by_id: Mapping[str, Outcome], **how: Any
+) -> Move:
+    """A holder's outcomes as a ``Move`` from EXECUTING, fenced by its claim, with the events
+    they record and what the holder reported: a report that comes too late (the claim lost,
+    or the lease lapsed and the sweep moved the job) is recorded with its refusal. ``how``:
+    the rest of the ``Move``'s fields."""
+    return Move(
+        held,
+        to,
+        (S.EXECUTING,),
+        actor,
+        outcome_events(actor, by_id),
+        fence="holder",
+        events_ahead=True,
+        reported=lambda item: reported_outcome(by_id[item.job_id]),
+        **how,
+    )
 
 
 def _finish(
@@ -95,24 +112,19 @@ def _finish(
         now = db_now(at) if several else at
         parts: dict[str, Moved] = {}
         for (to, result_code, error, retry_in), group in groups.items():
-            values: dict[str, Any] = {"result_code": result_code, "lease_until": None}
-            if error:
-                values["last_error"] = error
+            values = _outcome_values(result_code, error)
             retry = _retry_guard(group, values, retry_in) if to == S.READY else {}
             if to != S.READY:
                 retry["paired"] = outcome_pairs(actor, to, by_id)
             part = run(
-                Move(
+                _outcome_move(
                     [held(o) for o in group],
-                    to=to,
-                    allowed=[S.EXECUTING],
-                    actor=actor,
+                    to,
+                    actor,
+                    by_id,
                     values=retry.pop("values", values),
-                    events=outcome_events(actor, by_id),
-                    fence="holder",
                     fail_closed=fail_closed,
                     savepoint=savepoint,
-                    events_ahead=True,
                     full=full,
                     at=now,
                     **retry,

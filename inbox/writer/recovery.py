@@ -47,16 +47,21 @@ class RecoveryReport:
             f"{verb}requeued {fmt(self.requeued)}; {verb}parked {fmt(self.parked)} as "
             f"OUTCOME_UNKNOWN; {sum(self.max_attempts.values())} hit max_attempts"
         )
-        if self.refused:
-            text += f"; {len(self.refused)} refused (fingerprint drift or race)"
-        if self.busy:
-            text += f"; {self.busy} busy (locked right now; taken on the next pass)"
-        return text
+        return text + left_alone(len(self.refused), "fingerprint drift or race", self.busy)
 
     def count(self, job: Job, to: str) -> None:
         bucket = {S.READY: self.requeued, S.FAILED: self.max_attempts}.get(to, self.parked)
         bucket[job.job_type] = bucket.get(job.job_type, 0) + 1
         self.job_ids.append(job.job_id)
+
+
+def left_alone(refused: int, why: str, busy: int) -> str:
+    """The tail of a pass's summary: the rows it refused (and ``why``) and those it skipped
+    because another transaction held them right now (the next pass takes them)."""
+    text = f"; {refused} refused ({why})" if refused else ""
+    if busy:
+        text += f"; {busy} busy (locked right now; taken on the next pass)"
+    return text
 
 
 def lapsed_outcome(job: Job) -> str:

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 
 from django.db import transaction
 
-from audit.events import record_event
+from audit.events import record_events
 from audit.models import AuditEvent, EventType
 from inbox.errors import ImmutableFieldDrift, InboxError, InvalidTransition, JobNotFound, LostClaim
 from inbox.models import Job
+from inbox.writer.events import drift_event, stale_write_event
 from inbox.writer.rows import fingerprint_of, fingerprint_ok
 from inbox.writer.values import Held, Move
 
@@ -40,6 +41,17 @@ def refusal_of(job: Job | None, item: Held, move: Move, now: dt.datetime) -> Inb
             claim_id=item.claim_id or "",
             why=f"claim {item.claim_id} is no longer held (held by {holder})",
         )
+    if move.reported is not None and job.state not in move.allowed and _swept(job, item):
+        return LostClaim(
+            job.job_id,
+            job.state,
+            target,
+            claim_id=item.claim_id or "",
+            why=(
+                f"the lease of claim {item.claim_id} lapsed and the sweep moved the job to "
+                f"{job.state}; the report is recorded, not applied"
+            ),
+        )
     if job.state not in move.allowed:
         return InvalidTransition(
             job.job_id, job.state, target, f"allowed only from {', '.join(move.allowed)}"
@@ -53,6 +65,18 @@ def refusal_of(job: Job | None, item: Held, move: Move, now: dt.datetime) -> Inb
     if observed_lost or lease_failed:
         return InvalidTransition(job.job_id, job.state, target, move.why or "lost a race")
     return None
+
+
+def _swept(job: Job, item: Held) -> bool:
+    """Did the sweep take ``job`` from the claim ``item`` still holds on the row (its lease
+    lapsed)? Then the holder's outcome comes too late: it is refused and recorded. Read from
+    the trail (the sweep's LEASE_EXPIRED names the claim), and only on a refusal: a holder's
+    duplicate report of an outcome already committed is no late report."""
+    if not item.claim_id or job.claim_id != item.claim_id:
+        return False
+    return AuditEvent.objects.filter(
+        job_id=job.job_id, event_type=EventType.LEASE_EXPIRED, detail__claim_id=item.claim_id
+    ).exists()
 
 
 def is_stale(error: InboxError, job: Job | None, item: Held, move: Move) -> bool:
@@ -85,43 +109,21 @@ def record_drift(job: Job, to_state: str, actor: str, at: dt.datetime | None) ->
             and last["detail"].get("current") == current
         ):
             return  # the same drift was already recorded; do not flood the trail
-        record_event(
-            event_type=EventType.FINGERPRINT_DRIFT,
-            actor=actor,
-            job_id=job.job_id,
-            result_code="FINGERPRINT_DRIFT",
-            detail={
-                "state": job.state,
-                "to": to_state,
-                "sealed": job.fingerprint,
-                "current": current,
-            },
-            at=at,
-        )
+        record_events([drift_event(job, to_state, actor, current, at)])
     log.error("job %s: fingerprint drift, transition to %s refused", job.job_id, to_state)
 
 
-def record_stale_write(job: Job, to_state: str, claim_id: str, actor: str, at) -> None:
+def record_stale_write(job: Job, item: Held, move: Move) -> None:
+    """Record a stale holder's refused write (``job`` as stored now) in its own transaction:
+    nothing of the refused transition is kept, only this record of it."""
     with transaction.atomic():
-        record_event(
-            event_type=EventType.STALE_WRITE_REJECTED,
-            actor=actor,
-            job_id=job.job_id,
-            result_code="LOST_CLAIM",
-            detail={
-                "state": job.state,
-                "to": to_state,
-                "claim_id": claim_id,
-                "current_claim_id": job.claim_id,
-                "current_worker_id": job.worker_id,
-            },
-            at=at,
-        )
+        record_events([stale_write_event(job, item, move)])
     log.warning(
-        "job %s: write to %s by stale claim %s refused (now %s, held by %r)",
+        "job %s: write to %s by stale claim %s refused (now %s, held by %r)%s",
         job.job_id,
-        to_state,
-        claim_id,
+        move.to or job.state,
+        item.claim_id,
         job.state,
         job.worker_id,
+        "; what it reported is recorded" if move.reported is not None else "",
     )

@@ -166,6 +166,9 @@ class Move:
     - ``paired``: the events known ahead in their compact form (``PairedEvents``, from the
       rows aimed at), written by the UPDATE statement itself on PostgreSQL instead of
       ``events`` (which builds the same elsewhere); with ``events_ahead``'s conditions.
+    - ``reported``: a holder's outcome as it reported it, per row aimed at. Such a report
+      refused because the claim is no longer the holder's, or because its lease lapsed and
+      the sweep already moved the job, is recorded with the refusal (STALE_WRITE_REJECTED).
     """
 
     held: Sequence[Held]
@@ -190,6 +193,7 @@ class Move:
     refusal: Callable[[Job, Held, dt.datetime], InboxError | None] | None = None
     at: dt.datetime | None = None
     paired: Callable[[Sequence[Held]], PairedEvents] | None = None
+    reported: Callable[[Held], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.allowed, tuple):

@@ -11,6 +11,7 @@ from django.urls import reverse
 from audit.models import AuditEvent, EventType
 from console.htmx import dom_id
 from inbox import vault
+from inbox.errors import LostClaim
 from inbox.models import Job, JobState
 from tests.factories import make_job
 
@@ -450,3 +451,27 @@ def test_get_pending_count_region_renders_only_the_count(as_user):
     response = as_user("viewer").get("/approvals/", **htmx("pending-count"))
     assert response.content.strip().startswith(b'<span id="pending-count"')
     assert b">1</span>" in response.content
+
+
+def test_get_reconcile_shows_the_former_holders_late_report_as_evidence(as_user):
+    import datetime as dt
+
+    from inbox import transitions
+
+    t0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
+    job = make_job("delete", JobState.READY)
+    claim = transitions.claim_job(job.job_id, worker_id="w-late", lease_seconds=30, at=t0)
+    transitions.begin_job(job.job_id, claim_id=claim.claim_id, actor="w-late", at=t0)
+    transitions.recover_stale_claims(at=t0 + dt.timedelta(seconds=31))
+    with pytest.raises(LostClaim):
+        transitions.complete_job(
+            job.job_id,
+            claim_id=claim.claim_id,
+            actor="w-late",
+            result_code="DELETED",
+            at=dt.datetime(2030, 1, 1, 12, 3, 4, tzinfo=dt.UTC),
+        )
+    body = as_user("viewer").get("/reconcile/").content.decode()
+    assert "The former holder reported: deleted at" in body
+    assert "12:03:04</time>, after its lease lapsed" in body
+    assert "w-late" in body and "the vault probe decides" in body

@@ -196,6 +196,9 @@ class LifecycleModel(RuleBasedStateMachine):
         # the DELETE jobs the audit trail shows STARTED.
         self.rows: dict[str, dict[str, Any]] = {}
         self.started: set[str] = set()
+        # Claims the sweep took a job from while leaving them on the row (parked or failed):
+        # their holder's later outcome is a late report, refused and recorded.
+        self.swept: set[str] = set()
 
     def teardown(self) -> None:
         transaction.savepoint_rollback(self.savepoint)
@@ -440,6 +443,8 @@ class LifecycleModel(RuleBasedStateMachine):
 
     def finish(self, handle: Handle, outcome: str) -> None:
         job, expect = self._fence(handle, (S.EXECUTING,))
+        if expect is not None and not expect.events and handle.claim_id in self.swept:
+            expect = Expect(refused=True, events=[_stale(job)])  # the late holder's word
         code = {S.SUCCEEDED: "OK", S.FAILED: "MODEL_FAILED", S.OUTCOME_UNKNOWN: "UNKNOWN"}[outcome]
         if expect is None:
             expect = Expect(
@@ -507,6 +512,7 @@ class LifecycleModel(RuleBasedStateMachine):
             if to == S.READY:
                 job.clear_claim()
             else:
+                self.swept.add(job.claim_id)
                 job.lease_until = None
                 job.result_code = "MAX_ATTEMPTS" if to == S.FAILED else "LEASE_EXPIRED"
         report = self.step(
