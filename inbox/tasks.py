@@ -47,7 +47,6 @@ from django.utils.module_loading import import_string
 
 from audit.models import AuditEvent, EventType
 from inbox import transitions
-from inbox.handlers import DefiniteFailure, HandlerResult
 from inbox.jobtypes import (
     QUEUE_NAME_RE,
     TASK,
@@ -59,6 +58,7 @@ from inbox.jobtypes import (
 )
 from inbox.models import Job, JobState
 from inbox.reconcile import APPLIED
+from inbox.results import DefiniteFailure, HandlerResult
 
 __all__ = [
     "InboxTaskBackend",

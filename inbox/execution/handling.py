@@ -13,9 +13,9 @@ from typing import Any
 from inbox import transitions
 from inbox.approvals import check_approval
 from inbox.errors import JobValidationError
-from inbox.handlers import DefiniteFailure, HandlerResult
 from inbox.jobtypes import JobType, validate_job_document
 from inbox.models import Job, JobState
+from inbox.results import DefiniteFailure, HandlerResult
 
 log = logging.getLogger("inbox.executor")
 
