@@ -365,7 +365,11 @@ def execute(job: Job) -> HandlerResult:
         else:
             value = task.call(*args, **kwargs)
         value = _json_return(value)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise  # as Django's own backend: a person pressing Ctrl-C means it
+    except BaseException as exc:
+        # Anything else the task raised, ``SystemExit`` (``exit()``) and ``GeneratorExit``
+        # included, is the task's failure, recorded on its result: it must not end the worker.
         detail = _error_detail(exc)
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", timezone.now())

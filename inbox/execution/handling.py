@@ -61,12 +61,16 @@ def authorize(job: Job, job_type: JobType | None, *, seal_checked: bool = False)
 
 
 def run_handler(job: Job, job_type: JobType) -> tuple[str, str, dict[str, Any], str]:
-    """(outcome state, result code, detail, error) — never raises."""
+    """(outcome state, result code, detail, error) — raises only ``KeyboardInterrupt``."""
     try:
         result = job_type.handler(job)
     except DefiniteFailure as exc:
         return JobState.FAILED, exc.result_code, dict(exc.detail), str(exc)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        # ``SystemExit`` and ``GeneratorExit`` too: a handler's exit is its job's outcome, not
+        # the executor's; only the executor's own stop signals stop it.
         log.exception("job %s: handler %s raised", job.job_id, job_type.handler_path)
         error = f"{type(exc).__name__}: {exc}"
         # What the handler knew about its error (a task's exception class and traceback).
