@@ -1,5 +1,5 @@
 """A ``django.tasks`` backend on the inbox: any Django app's tasks get leases, fencing, the
-audit trail, non-idempotent safety and the console (DESIGN §1.2, the ``TASK`` type).
+audit trail, non-idempotent safety and the console, as jobs of the ``TASK`` type.
 
     TASKS = {"default": {"BACKEND": "inbox.tasks.InboxTaskBackend", "QUEUES": ["default"]}}
 
