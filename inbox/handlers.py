@@ -7,25 +7,10 @@ outcome is unknown to the executor. Called only by ``inbox.executor``, outside a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
 from inbox import vault
+from inbox.results import DefiniteFailure, HandlerResult
 
-
-@dataclass(frozen=True)
-class HandlerResult:
-    result_code: str = "OK"
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-class DefiniteFailure(Exception):
-    """The mutation certainly did not happen (e.g. a hash precondition failed)."""
-
-    def __init__(self, result_code: str, message: str, detail: dict[str, Any] | None = None):
-        self.result_code = result_code
-        self.detail = detail or {}
-        super().__init__(message)
+__all__ = ["DefiniteFailure", "HandlerResult", "delete_object", "noop", "run_task", "save_object"]
 
 
 def noop(job) -> HandlerResult:
@@ -66,6 +51,7 @@ def delete_object(job) -> HandlerResult:
 
 def run_task(job) -> HandlerResult:
     """Run the ``django.tasks`` function a TASK job names (``inbox.tasks.execute``)."""
-    from inbox.tasks import execute  # the backend module sits above the handlers
+    # Imported when a task runs: the backend module (and django.tasks) load only where tasks do.
+    from inbox.tasks import execute
 
     return execute(job)

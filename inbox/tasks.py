@@ -1,5 +1,5 @@
 """A ``django.tasks`` backend on the inbox: any Django app's tasks get leases, fencing, the
-audit trail, non-idempotent safety and the console (DESIGN §1.2, the ``TASK`` type).
+audit trail, non-idempotent safety and the console, as jobs of the ``TASK`` type.
 
     TASKS = {"default": {"BACKEND": "inbox.tasks.InboxTaskBackend", "QUEUES": ["default"]}}
 
@@ -47,7 +47,6 @@ from django.utils.module_loading import import_string
 
 from audit.models import AuditEvent, EventType
 from inbox import transitions
-from inbox.handlers import DefiniteFailure, HandlerResult
 from inbox.jobtypes import (
     QUEUE_NAME_RE,
     TASK,
@@ -59,6 +58,7 @@ from inbox.jobtypes import (
 )
 from inbox.models import Job, JobState
 from inbox.reconcile import APPLIED
+from inbox.results import DefiniteFailure, HandlerResult
 
 __all__ = [
     "InboxTaskBackend",
@@ -365,7 +365,11 @@ def execute(job: Job) -> HandlerResult:
         else:
             value = task.call(*args, **kwargs)
         value = _json_return(value)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise  # as Django's own backend: a person pressing Ctrl-C means it
+    except BaseException as exc:
+        # Anything else the task raised, ``SystemExit`` (``exit()``) and ``GeneratorExit``
+        # included, is the task's failure, recorded on its result: it must not end the worker.
         detail = _error_detail(exc)
         object.__setattr__(result, "status", TaskResultStatus.FAILED)
         object.__setattr__(result, "finished_at", timezone.now())

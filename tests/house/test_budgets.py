@@ -53,10 +53,7 @@ def function_overruns() -> list[str]:
 # What is still over budget, each entry to be split and then struck off: the checks fail on
 # anything new over budget and on an entry that grew or is mended but still listed.
 STILL_OVER = {
-    "inbox/executor.py: 910 lines",
     "inbox/jobtypes.py: 679 lines",
-    "inbox/executor.py:203 __init__: 12 parameters",
-    "inbox/executor.py:484 _claim: 63 lines",
     "inbox/jobtypes.py:552 validate_job_document: 73 lines",
 }
 

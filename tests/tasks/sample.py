@@ -126,3 +126,19 @@ def retried_below(x: int) -> int:
 @non_idempotent
 def once_below(x: int) -> int:
     return x
+
+
+@task
+def calls_exit() -> None:
+    """A task that ends the process the way a script would: ``exit()`` (``SystemExit``)."""
+    exit()
+
+
+@task
+def raises_system_exit(code: int) -> None:
+    raise SystemExit(code)
+
+
+@task
+def raises_generator_exit() -> None:
+    raise GeneratorExit("closed from inside the task")
