@@ -444,19 +444,12 @@ class Executor(WorkerLoop):
 
     def _hand_over(self) -> list[Outcome]:
         """The outcomes to commit now, taken from the lease keeper (under its lock, so no
-        renewal races the commit); a claim it lost meanwhile must not get an outcome."""
-        kept = []
+        renewal races the commit). An outcome whose claim the keeper lost meanwhile still goes
+        to the writer: the guarded write refuses it and records what this holder reported, the
+        evidence an operator reconciling the job needs (``_settle`` logs the refusal)."""
         for outcome in self._unrecorded:
-            if self._keeper.drop(outcome.job.job_id):
-                self._lost(
-                    outcome.job.job_id,
-                    f"finished ({outcome.result_code}) after its claim was lost; "
-                    "outcome not recorded",
-                )
-            else:
-                kept.append(outcome)
-        self._unrecorded = kept
-        return kept
+            self._keeper.drop(outcome.job.job_id)
+        return self._unrecorded
 
     def _record(self) -> None:
         """Commit the waiting outcomes in one transaction (end of turn, slow chunk, stop)."""
