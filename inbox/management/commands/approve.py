@@ -4,42 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError
-
 from inbox.approvals import approve_delete
-from inbox.errors import InboxError
-from inbox.management.commands._common import ConsoleCommand, column, reason, user_named, username
+from inbox.management.commands._operator import DecisionCommand
 from inbox.models import Job
 
 
-class Command(ConsoleCommand):
+class Command(DecisionCommand):
     help = (
         "Approve the CREATED DELETE job JOB_ID as --as USERNAME (who needs the "
         "inbox.approve_delete permission and must not be the requester), with a reason. The job "
         "becomes READY; the approval expires after --ttl seconds "
         "(default INBOX_APPROVAL_TTL_SECONDS)."
     )
+    target = (Job, "job_id")
+    user_help = "the approving user"
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("job_id", type=column(Job, "job_id"))
-        parser.add_argument(
-            "--as", dest="username", required=True, type=username(), help="the approving user"
-        )
-        parser.add_argument("--reason", required=True, type=reason(), help="why (recorded)")
+        super().add_arguments(parser)
         parser.add_argument("--ttl", type=int, default=None, help="approval lifetime in seconds")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        user = user_named(options["username"])
-        try:
-            approval = approve_delete(
-                options["job_id"],
-                approver=user,
-                reason=options["reason"],
-                ttl_seconds=options["ttl"],
-            )
-        except InboxError as exc:
-            raise CommandError(str(exc)) from exc
-        self.stdout.write(
+    def decide(self, target: str, user: Any, options: dict[str, Any]) -> str:
+        approval = approve_delete(
+            target, approver=user, reason=options["reason"], ttl_seconds=options["ttl"]
+        )
+        return (
             f"approved {approval.job_id} as {approval.approver}: approval {approval.approval_id}, "
             f"valid until {approval.expires_at.isoformat()}"
         )

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError
-
 from audit.models import AuditEvent
-from inbox.errors import InboxError
-from inbox.management.commands._common import ConsoleCommand, cli_actor, column
-from inbox.models import ProducerToken
+from inbox.management.commands._common import cli_actor
+from inbox.management.commands._operator import OperatorCommand, add_actor, add_producer
 from inbox.tokens import create_token
 
 
-class Command(ConsoleCommand):
+class Command(OperatorCommand):
     help = (
         "Make the API token of a producer (one active token per producer) and print it on the "
         "last line, once: only its sha256 is stored, so it cannot be shown again. The producer "
@@ -22,26 +19,14 @@ class Command(ConsoleCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument(
-            "--producer",
-            required=True,
-            type=column(ProducerToken, "producer"),
-            help="the producer's name (letters, digits, . _ : @ -)",
-        )
-        parser.add_argument(
-            "--as",
-            dest="actor",
-            type=column(AuditEvent, "actor"),
-            help="who makes it (default: cli:<login>)",
-        )
+        add_producer(parser, help="the producer's name (letters, digits, . _ : @ -)")
+        add_actor(parser, AuditEvent, "actor", help="who makes it (default: cli:<login>)")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            made = create_token(producer=options["producer"], actor=cli_actor(options["actor"]))
-        except InboxError as exc:
-            raise CommandError(str(exc)) from exc
+    def act(self, options: dict[str, Any]) -> str:
+        """The token itself is the line printed (on stdout, alone, for a script to read)."""
+        made = create_token(producer=options["producer"], actor=cli_actor(options["actor"]))
         self.stderr.write(
             f"token {made.row.prefix}… made for producer {made.row.producer}; it is shown once, "
             "on the next line: keep it now."
         )
-        self.stdout.write(made.token)
+        return made.token

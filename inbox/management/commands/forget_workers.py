@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError
-
 from core import logs
 from inbox.management.commands._common import ConsoleCommand
-from inbox.retention import forget_workers, parse_duration
+from inbox.management.commands._operator import add_age, age_of
+from inbox.retention import forget_workers
 
 
 class Command(ConsoleCommand):
@@ -20,19 +19,13 @@ class Command(ConsoleCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument(
-            "--dead-for",
-            required=True,
-            metavar="AGE",
-            help="how long a worker must have been dead, e.g. 24h, 7d, 90m",
+        add_age(
+            parser, "--dead-for", help="how long a worker must have been dead, e.g. 24h, 7d, 90m"
         )
         parser.add_argument("--dry-run", action="store_true", help="list them; delete nothing")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            age = parse_duration(options["dead_for"])
-        except ValueError as exc:
-            raise CommandError(f"--dead-for: {exc}") from exc
+        age = age_of(options, "--dead-for")
         say = logs.worker_out(self.stdout.write, logger="forget_workers")
         rows = forget_workers(dead_for=age, dry_run=options["dry_run"])
         verb = "would forget" if options["dry_run"] else "forgot"

@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.core.management.base import CommandError
-
-from inbox.errors import InboxError
-from inbox.management.commands._common import ConsoleCommand, cli_actor, column, reason
-from inbox.models import ScopePause
+from inbox.management.commands._operator import ScopeCommand
 from inbox.scopes import pause_scope
 
 
-class Command(ConsoleCommand):
+class Command(ScopeCommand):
     help = (
         "Pause SCOPE with a reason: running executors stop claiming in it (jobs already in "
         "hand finish) until `resume SCOPE`. Recorded as an operator action."
     )
+    reason_required = True
+    reason_help = "why (recorded)"
 
-    def add_arguments(self, parser) -> None:
-        parser.add_argument("scope", type=column(ScopePause, "scope"))
-        parser.add_argument("--reason", required=True, type=reason(), help="why (recorded)")
-        parser.add_argument(
-            "--as",
-            dest="actor",
-            default=None,
-            type=column(ScopePause, "changed_by"),
-            help="who (default cli:LOGIN)",
-        )
-
-    def handle(self, *args: Any, **options: Any) -> None:
-        actor = cli_actor(options["actor"])
-        try:
-            pause_scope(options["scope"], actor=actor, reason=options["reason"])
-        except InboxError as exc:
-            raise CommandError(str(exc)) from exc
-        self.stdout.write(f"scope {options['scope']} paused by {actor}: {options['reason']}")
+    def change(self, scope: str, actor: str, reason: str) -> str:
+        pause_scope(scope, actor=actor, reason=reason)
+        return f"scope {scope} paused by {actor}: {reason}"

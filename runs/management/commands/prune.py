@@ -8,7 +8,8 @@ from django.core.management.base import CommandError
 
 from core import logs
 from inbox.management.commands._common import ConsoleCommand
-from inbox.retention import DEFAULT_BATCH, parse_duration, prune_jobs
+from inbox.management.commands._operator import add_age, age_of
+from inbox.retention import DEFAULT_BATCH, prune_jobs
 from runs.retention import prune_runs
 
 
@@ -24,10 +25,9 @@ class Command(ConsoleCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument(
+        add_age(
+            parser,
             "--finished-older-than",
-            required=True,
-            metavar="AGE",
             help="the cut: jobs finished and runs closed longer ago than this, e.g. 30d, 12h, "
             "90m, 2w",
         )
@@ -42,10 +42,7 @@ class Command(ConsoleCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            age = parse_duration(options["finished_older_than"])
-        except ValueError as exc:
-            raise CommandError(f"--finished-older-than: {exc}") from exc
+        age = age_of(options, "--finished-older-than")
         if options["batch"] < 1:
             raise CommandError(f"--batch must be at least 1, got {options['batch']}")
         dry = options["dry_run"]
