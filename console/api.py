@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -35,6 +36,7 @@ from ninja.openapi.docs import Swagger
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
+import console.converters  # noqa: F401  (the ``anyid`` route converter)
 from console.policy import api_route, public
 from core.clock import db_now
 from inbox.errors import JobValidationError
@@ -42,7 +44,7 @@ from inbox.jobtypes import COMMON_FIELDS, registry
 from inbox.models import Job
 from inbox.selectors import job_trail
 from inbox.tokens import producer_for
-from inbox.transitions import create_jobs
+from inbox.transitions import Created, create_jobs
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 CREATE_PERMISSION = "inbox.add_job"
@@ -311,19 +313,26 @@ def post_jobs(request: HttpRequest) -> HttpResponse:
         return _problem(413, f"{len(documents):,} documents is over the limit of {limit:,}")
     if not documents:
         return _problem(422, "the list is empty: send one document or a list of 1 to 1,000")
-    result = create_jobs(documents, requested_by=caller.name, all_or_nothing=True)
-    if result.refused:
-        return _refusal(documents, result.refused)
+    # The whole answer, Location included, is built inside the transaction: if building it
+    # failed, nothing would be stored, so no request can fail after its jobs were committed.
+    with transaction.atomic():
+        result = create_jobs(documents, requested_by=caller.name, all_or_nothing=True)
+        if result.refused:
+            return _refusal(documents, result.refused)
+        return _stored(result, single=single)
+
+
+def _stored(result: Created, *, single: bool) -> JsonResponse:
+    """201 (something created) or 200 (all replays), with a Location for one document."""
     jobs = [
         {"index": i, "job_id": job.job_id, "state": job.state, "outcome": outcome}
         for outcome, stored in (("created", result.created), ("replayed", result.replayed))
         for i, job in stored.items()
     ]
     jobs.sort(key=lambda j: j["index"])
-    status = 201 if result.created else 200
     response = JsonResponse(
         {"created": len(result.created), "replayed": len(result.replayed), "jobs": jobs},
-        status=status,
+        status=201 if result.created else 200,
     )
     if single:
         response["Location"] = _job_url(jobs[0]["job_id"])
@@ -358,7 +367,7 @@ def _refusal(documents: list[Any], refused: dict[int, Exception]) -> JsonRespons
 
 
 @api.get(
-    "/jobs/{path:job_id}",
+    "/jobs/{anyid:job_id}",
     response={200: JobOut, 401: Problem, 404: Problem},
     url_name="get_job",
     summary="A job's state, result, lease and trail",
