@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -35,14 +36,15 @@ from ninja.openapi.docs import Swagger
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
+import console.converters  # noqa: F401  (the ``anyid`` route converter)
 from console.policy import api_route, public
 from core.clock import db_now
-from inbox.errors import JobValidationError
+from inbox.errors import IdempotencyConflict, JobValidationError
 from inbox.jobtypes import COMMON_FIELDS, registry
 from inbox.models import Job
 from inbox.selectors import job_trail
 from inbox.tokens import producer_for
-from inbox.transitions import create_jobs
+from inbox.transitions import Created, create_jobs
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 CREATE_PERMISSION = "inbox.add_job"
@@ -311,33 +313,79 @@ def post_jobs(request: HttpRequest) -> HttpResponse:
         return _problem(413, f"{len(documents):,} documents is over the limit of {limit:,}")
     if not documents:
         return _problem(422, "the list is empty: send one document or a list of 1 to 1,000")
-    result = create_jobs(documents, requested_by=caller.name, all_or_nothing=True)
-    if result.refused:
-        return _refusal(documents, result.refused)
+    # The whole answer, Location included, is built inside the transaction: if building it
+    # failed, nothing would be stored, so no request can fail after its jobs were committed.
+    with transaction.atomic():
+        result = create_jobs(documents, requested_by=caller.name, all_or_nothing=True)
+        foreign = _foreign(documents, result, caller.name)
+        if foreign:
+            # Another producer's job is not replayed for this one: nothing is kept.
+            transaction.set_rollback(True)
+        if result.refused or foreign:
+            return _refusal(documents, result.refused, foreign)
+        return _stored(result, single=single)
+
+
+def _foreign(documents: list[Any], result: Created, producer: str) -> dict[int, str]:
+    """Documents whose job_id or idempotency_key is already another producer's job, by position,
+    each with a problem that names only what the document itself sent. Ids and keys are one
+    namespace for every producer, so such a document cannot be stored; it is answered as a
+    conflict without a word about the job that holds the id (its id, state or owner)."""
+    taken: dict[int, Job] = {
+        i: job for i, job in result.replayed.items() if job.requested_by != producer
+    }
+    conflicts = {
+        i: exc for i, exc in result.refused.items() if isinstance(exc, IdempotencyConflict)
+    }
+    owners = dict(
+        Job.objects.filter(job_id__in=[e.existing_job_id for e in conflicts.values()]).values_list(
+            "job_id", "requested_by"
+        )
+    )
+    for i, exc in conflicts.items():
+        if owners.get(exc.existing_job_id, producer) != producer:
+            taken[i] = Job(job_id=exc.existing_job_id)
+    out = {}
+    for i, holder in taken.items():
+        doc = documents[i]
+        name = "job_id" if holder.job_id == doc["job_id"] else "idempotency_key"
+        out[i] = f"{name}: {doc[name]!r} is already in use; choose another"
+    return out
+
+
+def _stored(result: Created, *, single: bool) -> JsonResponse:
+    """201 (something created) or 200 (all replays), with a Location for one document."""
     jobs = [
         {"index": i, "job_id": job.job_id, "state": job.state, "outcome": outcome}
         for outcome, stored in (("created", result.created), ("replayed", result.replayed))
         for i, job in stored.items()
     ]
     jobs.sort(key=lambda j: j["index"])
-    status = 201 if result.created else 200
     response = JsonResponse(
         {"created": len(result.created), "replayed": len(result.replayed), "jobs": jobs},
-        status=status,
+        status=201 if result.created else 200,
     )
     if single:
         response["Location"] = _job_url(jobs[0]["job_id"])
     return response
 
 
-def _refusal(documents: list[Any], refused: dict[int, Exception]) -> JsonResponse:
+def _refusal(
+    documents: list[Any], refused: dict[int, Exception], foreign: dict[int, str]
+) -> JsonResponse:
     """422 when any document is invalid (every problem listed), else 409 (conflicts)."""
     invalid = any(isinstance(exc, JobValidationError) for exc in refused.values())
     errors = []
-    for index, exc in sorted(refused.items()):
+    for index in sorted(refused.keys() | foreign.keys()):
+        exc = refused.get(index)
         doc = documents[index]
         job_id = doc.get("job_id") if isinstance(doc, dict) else None
-        problems = exc.problems if isinstance(exc, JobValidationError) else [str(exc)]
+        if index in foreign:
+            problems = [foreign[index]]
+        elif isinstance(exc, JobValidationError):
+            problems = exc.problems
+        else:
+            problems = [str(exc)]
         errors.append(
             {
                 "index": index,
@@ -351,14 +399,14 @@ def _refusal(documents: list[Any], refused: dict[int, Exception]) -> JsonRespons
         )
     return _problem(
         409,
-        f"{len(errors)} idempotency conflict(s): the same job_id or "
-        "idempotency_key already names a job with other content; nothing was stored",
+        f"{len(errors)} idempotency conflict(s): the same job_id or idempotency_key is "
+        "already in use; nothing was stored",
         errors=errors,
     )
 
 
 @api.get(
-    "/jobs/{path:job_id}",
+    "/jobs/{anyid:job_id}",
     response={200: JobOut, 401: Problem, 404: Problem},
     url_name="get_job",
     summary="A job's state, result, lease and trail",

@@ -1,4 +1,4 @@
-"""The job-type registry and the job-document schema (DESIGN §1.2, §1.8).
+"""The job-type registry and the job-document schema: what a producer may send, per type.
 
 Built-in types are SAVE_OBJECT, DELETE_OBJECT, NOOP and the two task types (``TASK`` and
 ``TASK_NON_IDEMPOTENT``: a ``django.tasks`` function enqueued through
@@ -20,11 +20,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
-import json
 import math
-import operator
 import posixpath
-import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,12 +32,40 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from inbox.errors import ConfigurationError, JobValidationError
+from inbox.fingerprint import (
+    _FINGERPRINT_NAMES as _FINGERPRINT_NAMES,
+)
+from inbox.fingerprint import (
+    IMMUTABLE_COLUMNS as IMMUTABLE_COLUMNS,
+)
+from inbox.fingerprint import (
+    IMMUTABLE_PAYLOAD_FIELDS as IMMUTABLE_PAYLOAD_FIELDS,
+)
+from inbox.fingerprint import (
+    _fingerprint_of_text as _fingerprint_of_text,
+)
+from inbox.fingerprint import (
+    compute_fingerprint as compute_fingerprint,
+)
+from inbox.fingerprint import (
+    fingerprint_from as fingerprint_from,
+)
+from inbox.fingerprint import (
+    fingerprint_values as fingerprint_values,
+)
+from inbox.ids import id_problems
+from inbox.retries import RetryPolicy as RetryPolicy
+from inbox.retries import asdict_of as asdict_of
+from inbox.retries import retry_delay as retry_delay
 
 SUPPORTED_JOB_VERSIONS = frozenset({1})
 MAX_VAULT_PATH = 1024
 # The longest file or directory name the usual filesystems hold (NAME_MAX), in UTF-8 bytes.
 MAX_VAULT_COMPONENT_BYTES = 255
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+# The longest text a field may hold, in characters (the columns' widths).
+# (``job_id``'s is part of the id rule, ``inbox.ids``.)
+TEXT_LIMITS = {"mission_id": 200, "object_id": 500, "idempotency_key": 255}
 
 # Field type names used by schemas (settings use the names, not Python types).
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -64,16 +89,6 @@ COMMON_FIELDS: dict[str, str] = {
 # Any document may carry these. ``run_after`` (ISO 8601 with a zone): not claimed before it
 # (a producer's scheduled job); it is not sealed into the fingerprint.
 COMMON_OPTIONAL: dict[str, str] = {"run_after": "str"}
-
-# Fields sealed into the fingerprint (DESIGN §1.5). The first five are columns.
-IMMUTABLE_COLUMNS = ("job_type", "object_id", "vault_path", "mission_id", "approval_id")
-IMMUTABLE_PAYLOAD_FIELDS = (
-    "expected_commit",
-    "expected_provenance_hash",
-    "delete_request_id",
-    "source_commit",
-    "provenance_hash",
-)
 
 
 @dataclass(frozen=True)
@@ -204,90 +219,6 @@ def task_queues() -> frozenset[str]:
     return frozenset(queues)
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries of a failed idempotent job: exponential backoff with jitter, capped.
-
-    Attempt ``n`` (1 for the first) that fails is retried when ``n <= retries``, after a delay
-    drawn from ``[ceiling × (1 − jitter), ceiling]`` with ``ceiling = min(cap, backoff × 2^(n−1))``:
-    the ceilings double and stop at the cap; the jitter spreads a burst of failures apart.
-    """
-
-    retries: int
-    backoff: float = 1.0
-    cap: float = 300.0
-    jitter: float = 0.5
-
-    KEYS = ("retries", "backoff", "cap", "jitter")
-
-    def __post_init__(self) -> None:
-        problems = self.problems(asdict_of(self))
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    @staticmethod
-    def problems(data: Mapping[str, Any]) -> list[str]:
-        """What is wrong with a policy as a document carries it (``retry``)."""
-        out = [f"retry.{k}: unknown field" for k in sorted(set(data) - set(RetryPolicy.KEYS))]
-        retries = data.get("retries")
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 1 <= retries <= 100:
-            out.append("retry.retries: must be a whole number from 1 to 100")
-        numbers = {}
-        for key, low, high in (("backoff", 0.001, 86400.0), ("cap", 0.001, 7 * 86400.0)):
-            value = data.get(key, 1.0 if key == "backoff" else 300.0)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                out.append(f"retry.{key}: must be a number of seconds")
-            elif not (math.isfinite(value) and low <= value <= high):
-                out.append(f"retry.{key}: must be between {low} and {high:.0f} seconds")
-            else:
-                numbers[key] = value
-        if len(numbers) == 2 and numbers["cap"] < numbers["backoff"]:
-            out.append("retry.cap: must not be shorter than retry.backoff")
-        jitter = data.get("jitter", 0.5)
-        number = isinstance(jitter, int | float) and not isinstance(jitter, bool)
-        if not (number and 0 <= jitter <= 1):
-            out.append("retry.jitter: must be a number from 0 to 1")
-        return out
-
-    @classmethod
-    def of(cls, doc: Mapping[str, Any]) -> RetryPolicy | None:
-        """The policy a (validated) document or payload declares, or None."""
-        data = doc.get("retry")
-        if not data:
-            return None
-        return cls(**{k: data[k] for k in cls.KEYS if k in data})
-
-    def as_document(self) -> dict[str, Any]:
-        return asdict_of(self)
-
-    def ceiling(self, attempt: int) -> float:
-        """The longest delay after failed attempt ``attempt`` (1-based): doubling, capped."""
-        exponent = min(max(attempt, 1) - 1, 64)  # 2^64 × any backoff is past every cap
-        return min(self.cap, self.backoff * 2.0**exponent)
-
-    def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
-        """The delay after failed attempt ``attempt``, jittered below its ceiling."""
-        return self.ceiling(attempt) * (1.0 - self.jitter * rand())
-
-
-def asdict_of(policy: RetryPolicy) -> dict[str, Any]:
-    return {k: getattr(policy, k) for k in RetryPolicy.KEYS}
-
-
-def retry_delay(job: Any, job_type: JobType) -> float | None:
-    """Seconds until the next attempt of ``job``, whose attempt just failed; None when it must
-    not be retried: a non-idempotent type (never retried blindly), no retry policy, or no
-    retry left (its ``attempt_count`` is the attempt that failed)."""
-    if not job_type.idempotent:
-        return None
-    policy = RetryPolicy.of(job.payload or {})
-    if policy is None:
-        return None
-    if job.attempt_count > policy.retries or job.attempt_count >= job.max_attempts:
-        return None
-    return policy.delay(job.attempt_count)
-
-
 def json_problems(name: str, value: Any, depth: int = 0) -> list[str]:
     """Why ``value`` would not survive a JSON round trip into both databases unchanged, or []:
     only str/int/float/bool/None, lists and objects with text keys; no NaN or infinity
@@ -353,6 +284,21 @@ def _check_task(doc: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _task_type(name: str, *, idempotent: bool) -> JobType:
+    """A task type: its scope is the task's queue; only an idempotent task may be retried."""
+    return JobType(
+        name=name,
+        scope="",
+        scope_field="queue_name",
+        idempotent=idempotent,
+        handler_path="inbox.handlers.run_task",
+        required=_TASK_FIELDS,
+        optional={"backend": "str", "retry": "dict"} if idempotent else {"backend": "str"},
+        uses_vault=False,
+        extra_checks=(_check_task,),
+    )
+
+
 BUILTIN_TYPES: tuple[JobType, ...] = (
     JobType(
         name="SAVE_OBJECT",
@@ -379,30 +325,10 @@ BUILTIN_TYPES: tuple[JobType, ...] = (
         idempotent=True,
         handler_path="inbox.handlers.noop",
     ),
-    JobType(
-        name=TASK,
-        scope="",
-        scope_field="queue_name",
-        idempotent=True,
-        handler_path="inbox.handlers.run_task",
-        required=_TASK_FIELDS,
-        optional={"backend": "str", "retry": "dict"},
-        uses_vault=False,
-        extra_checks=(_check_task,),
-    ),
+    _task_type(TASK, idempotent=True),
     # A task declared non-idempotent (``inbox.tasks.non_idempotent``) follows the DELETE rules:
     # never batched, never retried, OUTCOME_UNKNOWN after a lost lease, an operator decides.
-    JobType(
-        name=TASK_NON_IDEMPOTENT,
-        scope="",
-        scope_field="queue_name",
-        idempotent=False,
-        handler_path="inbox.handlers.run_task",
-        required=_TASK_FIELDS,
-        optional={"backend": "str"},
-        uses_vault=False,
-        extra_checks=(_check_task,),
-    ),
+    _task_type(TASK_NON_IDEMPOTENT, idempotent=False),
 )
 
 
@@ -481,6 +407,10 @@ def _run_after_problems(value: Any) -> list[str]:
         return [f"run_after: {value!r} is not an ISO 8601 date and time"]
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         return [f"run_after: {value!r} has no time zone (add Z or an offset such as +02:00)"]
+    try:
+        parsed.astimezone(dt.UTC)
+    except OverflowError:
+        return [f"run_after: {value!r} is out of range in UTC"]
     return []
 
 
@@ -562,13 +492,22 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
         else:
             known = ", ".join(sorted(registry()))
             problems.append(f"job_type: {type_name!r} is not a known job type ({known})")
+    problems += _field_problems(data, job_type)
+    problems += _value_problems(data, job_type)
+    if problems:
+        raise JobValidationError(problems)
+    assert job_type is not None
+    return job_type, dict(data)
 
+
+def _field_problems(data: dict[str, Any], job_type: JobType | None) -> list[str]:
+    """Missing, unknown and mistyped fields (a document of unknown type: the common ones)."""
+    problems: list[str] = []
     if job_type and not job_type.uses_vault:
         # No vault object: the path may be left out, and if sent it must be empty.
         if data.get("vault_path", "") != "":
             problems.append(f"vault_path: a {job_type.name} job touches no vault object")
-    schema = job_type._schema if job_type else _COMMON_SCHEMA
-    for name, tname, exact in schema:
+    for name, tname, exact in job_type._schema if job_type else _COMMON_SCHEMA:
         if name not in data:
             problems.append(f"{name}: missing")
             continue
@@ -577,29 +516,30 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
         if type(value) is exact and (exact is not str or (not value.isspace() and value)):
             continue
         if (msg := _type_problem(name, value, tname)) is not None:
-            if name != "job_type":  # already reported above
+            if name != "job_type":  # already reported by the caller
                 problems.append(msg)
-    for name, tname in COMMON_OPTIONAL.items():
+    optional = {**COMMON_OPTIONAL, **(job_type.optional if job_type else {})}
+    for name, tname in optional.items():
         if name in data and (msg := _type_problem(name, data[name], tname)) is not None:
             problems.append(msg)
-    if "run_after" in data:
-        problems.extend(_run_after_problems(data["run_after"]))
-    if job_type:
-        for name, tname in job_type.optional.items():
-            if name in data and (msg := _type_problem(name, data[name], tname)) is not None:
-                problems.append(msg)
-        unknown = (
-            [] if data.keys() <= job_type._allowed else sorted(data.keys() - job_type._allowed)
-        )
-        for name in unknown:
+    if job_type and not data.keys() <= job_type._allowed:
+        for name in sorted(data.keys() - job_type._allowed):
             hint = " (attached by an approval, not sent by producers)"
             problems.append(f"{name}: unknown field" + (hint if name == "approval_id" else ""))
+    return problems
 
+
+def _value_problems(data: dict[str, Any], job_type: JobType | None) -> list[str]:
+    """What is wrong with the values themselves: text, ids, version, path, lengths, type rules."""
+    problems: list[str] = []
+    if "run_after" in data:
+        problems.extend(_run_after_problems(data["run_after"]))
     for name, value in data.items():
         # ASCII text without NUL has no problem to find (``isascii`` is a flag read).
         if isinstance(value, str) and not (value.isascii() and "\x00" not in value):
             problems.extend(_text_problems(name, value))
-
+    if isinstance(job_id := data.get("job_id"), str):
+        problems.extend(id_problems("job_id", job_id))
     version = data.get("job_version")
     if isinstance(version, int) and not isinstance(version, bool):
         if version not in SUPPORTED_JOB_VERSIONS:
@@ -608,72 +548,11 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
     path = data.get("vault_path")
     if isinstance(path, str) and (job_type is None or job_type.uses_vault):
         problems.extend(check_vault_path(path))
-    for name, limit in (("job_id", 200), ("mission_id", 200), ("object_id", 500)):
+    for name, limit in TEXT_LIMITS.items():
         value = data.get(name)
         if isinstance(value, str) and len(value) > limit:
             problems.append(f"{name}: longer than {limit} characters")
-    key = data.get("idempotency_key")
-    if isinstance(key, str) and len(key) > 255:
-        problems.append("idempotency_key: longer than 255 characters")
     if job_type:
         for check in job_type.extra_checks:
             problems.extend(check(data))
-    if problems:
-        raise JobValidationError(problems)
-    assert job_type is not None
-    return job_type, dict(data)
-
-
-def fingerprint_values(*, columns: Mapping[str, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
-    values = {name: columns.get(name) for name in IMMUTABLE_COLUMNS}
-    values.update({name: payload.get(name) for name in IMMUTABLE_PAYLOAD_FIELDS})
-    return values
-
-
-def compute_fingerprint(*, columns: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of the immutable fields (DESIGN §1.5)."""
-    return fingerprint_from(tuple(map(columns.get, IMMUTABLE_COLUMNS)), payload)
-
-
-def fingerprint_from(columns: tuple[Any, ...], payload: Mapping[str, Any]) -> str:
-    """``compute_fingerprint`` of the immutable columns' values, in ``IMMUTABLE_COLUMNS``
-    order: the writers' seal checks take them from a row or a model with one getter, not
-    through a dict per check."""
-    values = (*columns, *map(payload.get, IMMUTABLE_PAYLOAD_FIELDS))
-    # Only text and nulls are memoised: 1, 1.0 and True are equal keys but different JSON.
-    if _MEMO_TYPES.issuperset(map(type, values)):
-        return _fingerprint_of_text(values)
-    canonical = json.dumps(
-        dict(zip(_FINGERPRINT_NAMES, values, strict=True)),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-@functools.lru_cache(maxsize=4096)
-def _fingerprint_of_text(values: tuple[str | None, ...]) -> str:
-    """The seal of text-and-null values (every seal the writers check), memoised: a worker
-    checks the same job's seal at its claim, its authorization and its outcome, and a pure
-    function of the values need not run thrice. The canonical JSON is filled into its one
-    template, as ``json.dumps`` would write it, without building a dict to sort."""
-    canonical = _CANONICAL % tuple(map(_json_text, _SORTED(values)))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-_FINGERPRINT_NAMES = (*IMMUTABLE_COLUMNS, *IMMUTABLE_PAYLOAD_FIELDS)
-_MEMO_TYPES = frozenset({str, type(None)})
-# The canonical JSON of text-and-null values: the names in sorted order, a ``%s`` for each
-# value, and the values' positions in that order (``test_fast_canonical_is_json_dumps``).
-_SORTED_NAMES = sorted(_FINGERPRINT_NAMES)
-_CANONICAL = "{" + ",".join(f"{json.dumps(n)}:%s" for n in _SORTED_NAMES) + "}"
-_SORTED = operator.itemgetter(*(_FINGERPRINT_NAMES.index(n) for n in _SORTED_NAMES))
-
-
-def _json_text(value: str | None) -> str:
-    return "null" if value is None else _encode_text(value)
-
-
-# The string encoder ``json.dumps(..., ensure_ascii=False)`` uses (C where available).
-_encode_text = json.encoder.encode_basestring
+    return problems

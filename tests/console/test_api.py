@@ -331,7 +331,7 @@ def test_every_api_route_declares_a_policy() -> None:
     assert API_ROUTES
     kinds = {r.route: r.policy.kind for r in API_ROUTES}
     assert kinds["api/v1/jobs"] == "api"
-    assert kinds["api/v1/jobs/<path:job_id>"] == "api"
+    assert kinds["api/v1/jobs/<anyid:job_id>"] == "api"
     assert {kinds["api/v1/openapi.json"], kinds["api/v1/docs"]} == {"public"}
 
 
@@ -340,7 +340,7 @@ def test_every_api_route_declares_a_policy() -> None:
 )
 def test_api_route_anonymous_is_401_and_writes_nothing(client: Client, route) -> None:
     job = make_job("save")
-    url = "/" + route.route.replace("<path:job_id>", job.job_id)
+    url = "/" + route.route.replace("<anyid:job_id>", job.job_id)
     before = snapshot()
     body = json.dumps(noop_doc())
     responses = [

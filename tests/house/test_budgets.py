@@ -52,10 +52,7 @@ def function_overruns() -> list[str]:
 
 # What is still over budget, each entry to be split and then struck off: the checks fail on
 # anything new over budget and on an entry that grew or is mended but still listed.
-STILL_OVER = {
-    "inbox/jobtypes.py: 679 lines",
-    "inbox/jobtypes.py:552 validate_job_document: 73 lines",
-}
+STILL_OVER: set[str] = set()
 
 
 def test_no_product_module_is_over_its_line_budget() -> None:
