@@ -37,6 +37,8 @@ MOST_ENTRIES = 2
 # Queries of the retry request (its own writes, the request id, the page's reads) when the page
 # still called selector after selector; the one read model must not need more.
 QUERIES_BEFORE = 19
+# The URL converter runs inside Django's resolver and reverse(): routing, not a stay of the page.
+URL_LAYER = {"console/converters.py"}
 
 
 def _module(frame: FrameType) -> str | None:
@@ -46,6 +48,8 @@ def _module(frame: FrameType) -> str | None:
     if not path.startswith(root) or "/.venv/" in path or path.startswith(f"{root}tests/"):
         return None
     name = path[len(root) :]
+    if name in URL_LAYER:
+        return None
     return WRITER if name.startswith("inbox/writer/") else name
 
 
