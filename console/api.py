@@ -1,6 +1,6 @@
-"""The producer API under ``/api/v1/`` (issue 13), built with django-ninja.
+"""The producer API under ``/api/v1/``, built with django-ninja.
 
-- ``POST /api/v1/jobs`` takes one job document (DESIGN §1.8) or a list of up to
+- ``POST /api/v1/jobs`` takes one job document or a list of up to
   ``API_MAX_JOBS_PER_REQUEST`` (1,000), stored in one transaction through
   ``inbox.transitions.create_jobs(all_or_nothing=True)``: 201 when something was created, 200
   when everything was a safe replay, 422 listing every problem of every refused document, 409
@@ -223,7 +223,8 @@ def _document_schema() -> dict[str, Any]:
             properties.setdefault(name, {"type": json_types[kind]})
     return {
         "type": "object",
-        "description": f"A job document (DESIGN §1.8). Per type — {described}. "
+        "description": f"A job document, the fields a producer sends for one job. "
+        f"Per type — {described}. "
         "Unknown fields are refused.",
         "required": sorted(COMMON_FIELDS),
         "properties": properties,

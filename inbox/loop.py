@@ -1,4 +1,4 @@
-"""The one worker loop every long-running worker shares (DESIGN §4).
+"""The one worker loop every long-running worker shares: one id scheme, heartbeats, signals.
 
 ``WorkerLoop`` owns what a worker process does around its work: one worker-id scheme
 (``inbox.workers.new_worker_id``), the heartbeat row (registered at start, beaten at most every
@@ -73,7 +73,7 @@ class WorkerLoop:
         self.poll = poll_seconds
         self.lease_seconds = lease_seconds
         self.progress_seconds = progress_seconds
-        # JSON logs (issue 13): progress lines become log records in LOG_FORMAT=json.
+        # JSON logs: progress lines become log records in LOG_FORMAT=json.
         self.out = logs.worker_out(out)
         self.db_errors = 0
         self.started = time.monotonic()
@@ -150,7 +150,7 @@ class WorkerLoop:
         ``ConfigurationError`` before anything is registered or claimed.
         """
         require_worker_checks()
-        # JSON logs (issue 13): every record of this process carries the worker id.
+        # JSON logs: every record of this process carries the worker id.
         logs.bind_process(worker_id=self.worker_id)
         description = self.setup()
         self._register()
