@@ -4,7 +4,6 @@ document, and the route policies of every API route."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -17,24 +16,16 @@ from audit.models import AuditEvent, EventType
 from console.api import api
 from inbox.models import Job, JobState
 from inbox.tokens import create_token, revoke_token
+from tests.console.apikit import JOBS, post
 from tests.console.test_routes import ROUTES, snapshot
 from tests.factories import delete_doc, make_job, noop_doc, save_doc
 
 pytestmark = pytest.mark.django_db
 
-JOBS = "/api/v1/jobs"
-
 
 @pytest.fixture
 def token() -> str:
     return create_token(producer="acme", actor="test").token
-
-
-def post(client: Client, body: Any, token: str | None = None, **headers: str):
-    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    return client.post(JOBS, data=data, content_type="application/json", headers=headers)
 
 
 # --- POST: one document -------------------------------------------------------------------------

@@ -17,12 +17,12 @@ from inbox import transitions
 from inbox.ids import ID_PATTERN, MAX_ID_LENGTH
 from inbox.models import Job, JobState
 from inbox.tokens import create_token
+from tests.console.apikit import post
 from tests.console.pagekit import action_form, hx, login
 from tests.factories import noop_doc
 
 pytestmark = pytest.mark.django_db
 
-JOBS = "/api/v1/jobs"
 
 ACCEPTED = [
     "plain",
@@ -66,20 +66,11 @@ def token() -> str:
     return create_token(producer="acme", actor="test").token
 
 
-def _post(client: Client, body: object, token: str):
-    return client.post(
-        JOBS,
-        data=json.dumps(body),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {token}"},
-    )
-
-
 @pytest.mark.parametrize("job_id", ACCEPTED)
 def test_api_accepted_id_is_created_and_read_back_at_its_location(
     client: Client, token: str, job_id: str
 ) -> None:
-    response = _post(client, noop_doc(job_id=job_id), token)
+    response = post(client, noop_doc(job_id=job_id), token)
     assert response.status_code == 201, response.content
     location = response["Location"]
     assert location == reverse("console:api:get_job", kwargs={"job_id": job_id})
@@ -91,7 +82,7 @@ def test_api_accepted_id_is_created_and_read_back_at_its_location(
 @pytest.mark.parametrize("job_id", REFUSED)
 def test_api_refused_id_is_422_and_stores_nothing(client: Client, token: str, job_id: str) -> None:
     events = AuditEvent.objects.count()
-    response = _post(client, noop_doc(job_id=job_id), token)
+    response = post(client, noop_doc(job_id=job_id), token)
     assert response.status_code == 422
     [error] = response.json()["errors"]
     assert any(p.startswith("job_id: ") for p in error["problems"])
@@ -130,7 +121,7 @@ def test_a_failure_building_the_answer_stores_nothing(
     monkeypatch.setattr(console.api, "_job_url", broken)
     events = AuditEvent.objects.count()
     client.raise_request_exception = False
-    response = _post(client, noop_doc(), token)
+    response = post(client, noop_doc(), token)
     assert response.status_code == 500
     assert not Job.objects.exists()
     assert AuditEvent.objects.count() == events

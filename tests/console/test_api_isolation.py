@@ -3,33 +3,21 @@ answer names another producer's job (its id, state or owner)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from django.test import Client
 
 from inbox.models import Job
 from inbox.tokens import create_token
+from tests.console.apikit import JOBS, post
 from tests.console.test_routes import snapshot
 from tests.factories import noop_doc, save_doc
 
 pytestmark = pytest.mark.django_db
 
-JOBS = "/api/v1/jobs"
-
 
 @pytest.fixture
 def tokens() -> dict[str, str]:
     return {name: create_token(producer=name, actor="test").token for name in ("acme", "umbrella")}
-
-
-def _post(client: Client, body: object, token: str):
-    return client.post(
-        JOBS,
-        data=json.dumps(body),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {token}"},
-    )
 
 
 def _says_nothing_of(response, job: Job) -> None:
@@ -40,9 +28,9 @@ def _says_nothing_of(response, job: Job) -> None:
 
 def test_another_producers_document_is_not_replayed_but_a_409(client: Client, tokens) -> None:
     doc = save_doc(job_id="shared-id-1", idempotency_key="shared-key-1")
-    assert _post(client, doc, tokens["acme"]).status_code == 201
+    assert post(client, doc, tokens["acme"]).status_code == 201
     before = snapshot()
-    response = _post(client, doc, tokens["umbrella"])
+    response = post(client, doc, tokens["umbrella"])
     assert response.status_code == 409
     [error] = response.json()["errors"]
     assert error["problems"] == ["job_id: 'shared-id-1' is already in use; choose another"]
@@ -56,10 +44,10 @@ def test_another_producers_document_is_not_replayed_but_a_409(client: Client, to
 
 def test_another_producers_key_is_a_409_that_names_no_job(client: Client, tokens) -> None:
     theirs = noop_doc(job_id="acme-secret-job", idempotency_key="common-key")
-    assert _post(client, theirs, tokens["acme"]).status_code == 201
+    assert post(client, theirs, tokens["acme"]).status_code == 201
     mine = noop_doc(job_id="umbrella-1", idempotency_key="common-key")
     before = snapshot()
-    response = _post(client, mine, tokens["umbrella"])
+    response = post(client, mine, tokens["umbrella"])
     assert response.status_code == 409
     [error] = response.json()["errors"]
     assert error["problems"] == ["idempotency_key: 'common-key' is already in use; choose another"]
@@ -70,12 +58,10 @@ def test_another_producers_key_is_a_409_that_names_no_job(client: Client, tokens
 
 def test_another_producers_id_with_other_content_names_no_job(client: Client, tokens) -> None:
     assert (
-        _post(
-            client, noop_doc(job_id="taken", idempotency_key="k-acme"), tokens["acme"]
-        ).status_code
+        post(client, noop_doc(job_id="taken", idempotency_key="k-acme"), tokens["acme"]).status_code
         == 201
     )
-    response = _post(client, noop_doc(job_id="taken", idempotency_key="k-umb"), tokens["umbrella"])
+    response = post(client, noop_doc(job_id="taken", idempotency_key="k-umb"), tokens["umbrella"])
     assert response.status_code == 409
     assert "k-acme" not in response.content.decode()
     assert response.json()["errors"][0]["problems"] == [
@@ -85,10 +71,10 @@ def test_another_producers_id_with_other_content_names_no_job(client: Client, to
 
 def test_a_list_touching_another_producers_job_stores_nothing(client: Client, tokens) -> None:
     theirs = noop_doc()
-    assert _post(client, theirs, tokens["acme"]).status_code == 201
+    assert post(client, theirs, tokens["acme"]).status_code == 201
     fresh = noop_doc()
     before = snapshot()
-    response = _post(client, [fresh, theirs], tokens["umbrella"])
+    response = post(client, [fresh, theirs], tokens["umbrella"])
     assert response.status_code == 409
     assert [e["index"] for e in response.json()["errors"]] == [1]
     assert snapshot() == before
@@ -99,10 +85,10 @@ def test_own_replay_and_own_conflict_still_name_the_producers_own_job(
     client: Client, tokens
 ) -> None:
     doc = noop_doc(job_id="mine-1", idempotency_key="mine-key")
-    assert _post(client, doc, tokens["acme"]).status_code == 201
-    replay = _post(client, doc, tokens["acme"])
+    assert post(client, doc, tokens["acme"]).status_code == 201
+    replay = post(client, doc, tokens["acme"])
     assert replay.status_code == 200
     assert replay.json()["jobs"][0]["outcome"] == "replayed"
-    conflict = _post(client, noop_doc(job_id="mine-2", idempotency_key="mine-key"), tokens["acme"])
+    conflict = post(client, noop_doc(job_id="mine-2", idempotency_key="mine-key"), tokens["acme"])
     assert conflict.status_code == 409
     assert "mine-1" in conflict.json()["errors"][0]["problems"][0]
