@@ -332,8 +332,8 @@ def _foreign(documents: list[Any], result: Created, producer: str) -> dict[int, 
     each with a problem that names only what the document itself sent. Ids and keys are one
     namespace for every producer, so such a document cannot be stored; it is answered as a
     conflict without a word about the job that holds the id (its id, state or owner)."""
-    taken: dict[int, Job] = {
-        i: job for i, job in result.replayed.items() if job.requested_by != producer
+    taken: dict[int, str] = {
+        i: job.job_id for i, job in result.replayed.items() if job.requested_by != producer
     }
     conflicts = {
         i: exc for i, exc in result.refused.items() if isinstance(exc, IdempotencyConflict)
@@ -345,11 +345,11 @@ def _foreign(documents: list[Any], result: Created, producer: str) -> dict[int, 
     )
     for i, exc in conflicts.items():
         if owners.get(exc.existing_job_id, producer) != producer:
-            taken[i] = Job(job_id=exc.existing_job_id)
+            taken[i] = exc.existing_job_id
     out = {}
-    for i, holder in taken.items():
+    for i, holder_id in taken.items():
         doc = documents[i]
-        name = "job_id" if holder.job_id == doc["job_id"] else "idempotency_key"
+        name = "job_id" if holder_id == doc["job_id"] else "idempotency_key"
         out[i] = f"{name}: {doc[name]!r} is already in use; choose another"
     return out
 
