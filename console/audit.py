@@ -20,9 +20,8 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from console import keyset
 from console.filters import AuditEventFilter
-from console.htmx import region_template
+from console.htmx import poll_answer, region_template
 from console.policy import page
-from console.polling import poll_answer
 from console.tables import detail_text
 from core.clock import db_now
 from core.paging import capped_count, count_label

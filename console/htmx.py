@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 
 
 def region_template(
@@ -57,3 +59,15 @@ def unchanged(request: HttpRequest, version: str) -> HttpResponse | None:
     if htmx and not htmx.history_restore_request and request.GET.get("v") == version:
         return HttpResponse(status=204)
     return None
+
+
+def poll_answer(
+    request: HttpRequest, *, region: str, template: str, token: str, context: dict[str, Any]
+) -> HttpResponse | None:
+    """The answer to a poll of ``region`` (the rows of the jobs list, the audit log): 204 while
+    the rows would render as ``token`` says, else the region alone; None when this request is
+    not that poll (a history restore never is: it wants the whole page)."""
+    htmx = getattr(request, "htmx", None)
+    if not htmx or htmx.target != region or htmx.history_restore_request:
+        return None
+    return unchanged(request, token) or render(request, f"{template}#{region}", context)

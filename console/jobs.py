@@ -28,9 +28,8 @@ from django_htmx.http import trigger_client_event
 from console import keyset
 from console.bulk import BulkOutcome
 from console.filters import JobFilter
-from console.htmx import dom_id, region_template
+from console.htmx import dom_id, poll_answer, region_template
 from console.policy import ActionContext, action, page
-from console.polling import poll_answer
 from core.clock import db_now
 from core.paging import capped_count, count_label
 from inbox import reconcile, transitions
