@@ -3,6 +3,7 @@
 from django.contrib import admin
 
 from audit.models import AuditEvent, EventType
+from core.admin import ReadOnlyAdmin
 from core.paging import EstimatedCountPaginator
 
 
@@ -22,7 +23,7 @@ class EventTypeFilter(admin.SimpleListFilter):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ("event_id", "created_at", "event_type", "job_id", "run_id", "actor")
     list_filter = (EventTypeFilter,)
     search_fields = ("=job_id", "=run_id", "=actor")
@@ -31,12 +32,3 @@ class AuditEventAdmin(admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     paginator = EstimatedCountPaginator
     list_per_page = 50
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

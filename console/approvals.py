@@ -174,7 +174,11 @@ class ApprovalsPage:
     listing: keyset.Page | None = None
     # "showing 51–80" (None: more than QUEUE_COUNT_CAP rows come before this page)
     first_shown: int | None = 1
-    token: str = ""
+
+    @property
+    def token(self) -> str:
+        """The rows' version: a poll whose token still matches gets 204, nothing to redraw."""
+        return hashlib.sha1(",".join(p.version for p in self.pending).encode()).hexdigest()[:16]
 
     @property
     def total_label(self) -> str:
@@ -216,14 +220,8 @@ def approvals_page(
     recent = list(Approval.objects.order_by("-decided_at")[:10])
     keepers = _keepers(jobs)
     pending = [_pending(job, username, keepers.get(job.job_id)) for job in jobs]
-    token = hashlib.sha1(",".join(p.version for p in pending).encode()).hexdigest()[:16]
     return ApprovalsPage(
-        pending=pending,
-        total=total,
-        recent=recent,
-        listing=listing,
-        first_shown=first_shown,
-        token=token,
+        pending=pending, total=total, recent=recent, listing=listing, first_shown=first_shown
     )
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from console import keyset
 from console.filters import AuditEventFilter
-from console.htmx import poll_answer, region_template
+from console.htmx import NEWER_CAP, live_rows, poll_answer, region_template
 from console.policy import page
 from console.tables import detail_text
 from core.clock import db_now
@@ -31,7 +31,6 @@ AUDIT = "console/audit.html"
 PER_PAGE = 50
 ORDERING = keyset.Ordering("-event_id", ("event_id",), True, "event")
 POLL_SECONDS = 10
-NEWER_CAP = 99
 # The most rows one export streams; narrow the filter for more.
 EXPORT_MAX_ROWS = 1_000_000
 EXPORT_COLUMNS = (
@@ -81,12 +80,9 @@ def event_list(request: HttpRequest) -> HttpResponse:
     token = hashlib.sha1(f"{ids}|{newer}".encode()).hexdigest()[:16]
     rows_context = {
         "events": [(event, pretty_detail(event.detail)) for event in listing.rows],
-        "newer": newer,
-        "newer_label": count_label(newer, NEWER_CAP),
-        "token": token,
+        **live_rows(request, listing, top=top, newer=newer, token=token),
         "now": db_now(),
         "poll_seconds": POLL_SECONDS,
-        **keyset.links(request.GET, listing, top=top),
     }
     polled = poll_answer(
         request, region="audit-rows", template=AUDIT, token=token, context=rows_context

@@ -17,6 +17,9 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from console import keyset
+from core.paging import count_label
+
 
 def region_template(
     request: HttpRequest,
@@ -71,3 +74,20 @@ def poll_answer(
     if not htmx or htmx.target != region or htmx.history_restore_request:
         return None
     return unchanged(request, token) or render(request, f"{template}#{region}", context)
+
+
+# Above this many newer rows a live list says "99+ newer": a count that stops at the cap.
+NEWER_CAP = 99
+
+
+def live_rows(
+    request: HttpRequest, listing: keyset.Page, *, top: bool, newer: int | None, token: str
+) -> dict[str, Any]:
+    """What every live list's rows region renders with beside its rows: the keyset links, the
+    "N newer" line above a first page and the token its poll compares."""
+    return {
+        **keyset.links(request.GET, listing, top=top),
+        "newer": newer,
+        "newer_label": count_label(newer or 0, NEWER_CAP),
+        "token": token,
+    }

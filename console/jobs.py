@@ -28,7 +28,7 @@ from django_htmx.http import trigger_client_event
 from console import keyset
 from console.bulk import BulkOutcome
 from console.filters import JobFilter
-from console.htmx import dom_id, poll_answer, region_template
+from console.htmx import NEWER_CAP, dom_id, live_rows, poll_answer, region_template
 from console.policy import ActionContext, action, page
 from core.clock import db_now
 from core.paging import capped_count, count_label
@@ -58,7 +58,6 @@ MAIN_FILTERS = ("q", "state", "job_type")
 LIST_POLL_SECONDS = 5
 DETAIL_POLL_SECONDS = 3
 # "12 new jobs" above the first page counts at most this many ("99+").
-NEWER_CAP = 99
 
 
 # --- orders the list offers (each one an index; see Job.Meta.indexes) -------------------------
@@ -225,13 +224,9 @@ def job_list(request: HttpRequest) -> HttpResponse:
     elif top:
         newer = _newer(qs, ordering, listing)
     token = page_token(rows, newer)
-    links = keyset.links(request.GET, listing, top=top)
     rows_context = {
-        **links,
+        **live_rows(request, listing, top=top, newer=newer, token=token),
         "rows": rows,
-        "newer": newer,
-        "newer_label": count_label(newer or 0, NEWER_CAP),
-        "token": token,
         "now": now,
         "columns": COLUMNS,
         "poll_seconds": LIST_POLL_SECONDS,

@@ -3,9 +3,12 @@ that call ``inbox.transitions`` with the admin user as actor."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from core.admin import ReadOnlyAdmin
 from core.paging import EstimatedCountPaginator
 from inbox import transitions
 from inbox.jobtypes import registry
@@ -22,24 +25,25 @@ def _selected(queryset, state: str) -> list[str]:
     return list(queryset.filter(state=state).values_list("job_id", flat=True)[:1000])
 
 
-@admin.action(description="Retry selected FAILED jobs", permissions=["retry"])
-def retry_failed(modeladmin, request, queryset):
-    moved = transitions.retry_jobs(
-        _selected(queryset, JobState.FAILED),
-        actor=request.user.get_username(),
-        reason="admin action: retry",
-    )
-    _report(modeladmin, request, "Retried", moved)
+def _bulk(name: str, write: Callable[..., transitions.Moved], state: str, verb: str, label: str):
+    """The admin action ``name``: it moves the selected jobs in ``state`` through the writer,
+    with the admin user as actor and "admin action: <verb>" as reason, and reports the result."""
+
+    def act(modeladmin, request, queryset) -> None:
+        actor = request.user.get_username()
+        moved = write(_selected(queryset, state), actor=actor, reason=f"admin action: {verb}")
+        _report(modeladmin, request, label, moved)
+
+    act.__name__ = act.__qualname__ = name  # the action's name in the changelist's form
+    return act
 
 
-@admin.action(description="Reject selected CREATED jobs", permissions=["change"])
-def reject_created(modeladmin, request, queryset):
-    moved = transitions.reject_jobs(
-        _selected(queryset, JobState.CREATED),
-        actor=request.user.get_username(),
-        reason="admin action: reject",
-    )
-    _report(modeladmin, request, "Rejected", moved)
+retry_failed = admin.action(description="Retry selected FAILED jobs", permissions=["retry"])(
+    _bulk("retry_failed", transitions.retry_jobs, JobState.FAILED, "retry", "Retried")
+)
+reject_created = admin.action(description="Reject selected CREATED jobs", permissions=["change"])(
+    _bulk("reject_created", transitions.reject_jobs, JobState.CREATED, "reject", "Rejected")
+)
 
 
 class JobTypeFilter(admin.SimpleListFilter):
@@ -123,17 +127,6 @@ class JobAdmin(admin.ModelAdmin):
             transitions.edit_job_fields(
                 obj.job_id, actor=request.user.get_username(), changes=changes
             )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Approval)

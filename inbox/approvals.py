@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -76,6 +78,15 @@ def _load_undecided(job_id: str, username: str) -> Job:
     return job
 
 
+@contextmanager
+def _refusal_as_approval_error() -> Iterator[None]:
+    """The job's own move, refused (it changed state meanwhile), is the decision's refusal."""
+    try:
+        yield
+    except InvalidTransition as exc:
+        raise ApprovalError(str(exc)) from exc
+
+
 def _decision_row(
     job: Job,
     username: str,
@@ -132,10 +143,8 @@ def approve_delete(
             },
             at=now,
         )
-        try:
+        with _refusal_as_approval_error():
             transitions.mark_ready(job.job_id, actor=username, approval_id=approval.approval_id)
-        except InvalidTransition as exc:
-            raise ApprovalError(str(exc)) from exc
     return approval
 
 
@@ -154,12 +163,10 @@ def deny_delete(job_id: str, *, approver, reason: str) -> Approval:
             detail={"approval_id": approval.approval_id, "reason": reason},
             at=now,
         )
-        try:
+        with _refusal_as_approval_error():
             transitions.reject_job(
                 job.job_id, actor=username, reason=f"denied: {reason}", result_code="DENIED"
             )
-        except InvalidTransition as exc:
-            raise ApprovalError(str(exc)) from exc
     return approval
 
 

@@ -430,15 +430,8 @@ class Executor(WorkerLoop):
         # A failure with a retry left (idempotent types only) goes back to the queue, deferred.
         retry_in = retry_delay(job, job_type) if to == JobState.FAILED else None
         if retry_in is not None:
-            to = JobState.READY
-        return Outcome(
-            job=job,
-            to=to,
-            result_code=code,
-            error=error,
-            executed_detail=executed,
-            retry_in=retry_in,
-        )
+            return Outcome(job, JobState.READY, code, error, executed, retry_in=retry_in)
+        return Outcome(job, to, code, error, executed)
 
     # --- recording outcomes -----------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
@@ -36,6 +35,7 @@ from operator import or_
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 
+from core.batches import Pace, prune_cut
 from core.clock import db_now
 from core.db import locked
 from inbox.models import TERMINAL_STATES, Approval, FinishedCount, Job, Worker, WorkerStatus
@@ -107,19 +107,16 @@ def prune_jobs(
     at: dt.datetime | None = None,
 ) -> PruneReport:
     """Delete terminal jobs finished more than ``older_than`` ago, with their approvals."""
-    if batch < 1:
-        raise ValueError(f"the batch must be at least 1, got {batch}")
-    cut = db_now(at) - older_than
+    cut = prune_cut(older_than, batch, at)
     report = PruneReport()
-    started = time.monotonic()
+    pace = Pace()
     if dry_run:
         ids = prunable_jobs(cut).values_list("job_id", flat=True)
         report.jobs = prunable_jobs(cut).order_by().count()
         report.approvals = Approval.objects.filter(job_id__in=ids).count()
         report.counts = FinishedCount.objects.filter(minute__lt=cut).count()
-        report.seconds = time.monotonic() - started
+        report.seconds = pace.elapsed()
         return report
-    last_said = started
     while True:
         with transaction.atomic():
             picked = list(
@@ -136,12 +133,11 @@ def prune_jobs(
         report.batches += 1
         if not deleted:
             break  # everything picked moved meanwhile: nothing more this pass can take
-        if time.monotonic() - last_said >= 1.0:
-            last_said = time.monotonic()
-            rate = report.jobs / max(last_said - started, 1e-9)
+        if pace.due():
+            rate = report.jobs / max(pace.elapsed(), 1e-9)
             progress(f"jobs: {report.jobs:,} deleted so far ({rate:,.0f}/s)")
     report.counts = _prune_counts(cut, batch)
-    report.seconds = time.monotonic() - started
+    report.seconds = pace.elapsed()
     return report
 
 

@@ -22,6 +22,7 @@ executor's side, ``execute``). Job rows change only through ``inbox.transitions`
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import uuid
 from collections.abc import Callable, Sequence
@@ -175,20 +176,7 @@ class InboxTaskBackend(BaseTaskBackend):
             problems = getattr(refusal, "problems", None) or [str(refusal)]
             raise InvalidTask(f"task {task.module_path}: {'; '.join(problems)}") from refusal
         job = created.created[0]
-        result = TaskResult(
-            task=task,
-            id=job.job_id,
-            status=TaskResultStatus.READY,
-            enqueued_at=job.created_at,
-            started_at=None,
-            finished_at=None,
-            last_attempted_at=None,
-            args=doc["args"],
-            kwargs=doc["kwargs"],
-            backend=self.alias,
-            errors=[],
-            worker_ids=[],
-        )
+        result = _unfinished_result(job, task, TaskResultStatus.READY, backend=self.alias)
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -396,20 +384,37 @@ def _running_result(job: Job, task: Task) -> TaskResult:
             .order_by("event_id")
             .values_list("actor", flat=True)
         ) or [job.worker_id]
-    now = timezone.now()
+    backend = str(job.payload.get("backend", "default"))
+    running = TaskResultStatus.RUNNING
+    return _unfinished_result(
+        job, task, running, backend=backend, started=timezone.now(), workers=workers
+    )
+
+
+def _unfinished_result(
+    job: Job,
+    task: Task,
+    status: TaskResultStatus,
+    *,
+    backend: str,
+    started: dt.datetime | None = None,
+    workers: Sequence[str] = (),
+) -> TaskResult:
+    """The ``TaskResult`` of a job that has not finished: just enqueued (READY, not started)
+    or RUNNING (started now, by ``workers``); its arguments as the job stores them."""
     return TaskResult(
         task=task,
         id=job.job_id,
-        status=TaskResultStatus.RUNNING,
+        status=status,
         enqueued_at=job.created_at,
-        started_at=now,
-        last_attempted_at=now,
+        started_at=started,
+        last_attempted_at=started,
         finished_at=None,
         args=job.payload.get("args", []),
         kwargs=job.payload.get("kwargs", {}),
-        backend=str(job.payload.get("backend", "default")),
+        backend=backend,
         errors=[],
-        worker_ids=workers,
+        worker_ids=list(workers),
     )
 
 

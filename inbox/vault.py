@@ -117,25 +117,26 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
+class _Recorded:
+    """An outcome whose fields are what EXECUTED records, one key each."""
+
+    def as_detail(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class SaveOutcome:
+class SaveOutcome(_Recorded):
     result_code: str  # WRITTEN or UNCHANGED
     vault_path: str
     sha256: str
     size: int
 
-    def as_detail(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class DeleteOutcome:
+class DeleteOutcome(_Recorded):
     result_code: str  # DELETED
     vault_path: str
     sha256: str
-
-    def as_detail(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

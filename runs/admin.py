@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from core.admin import ReadOnlyAdmin as ViewOnlyAdmin
 from core.clock import db_now
 from runs import transitions
 from runs.errors import RunError
@@ -16,17 +17,8 @@ from runs.models import Group, Member, Run, RunStatus
 from runs.selectors import run_view
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(ViewOnlyAdmin):
     """Status, lease and disposition fields belong to ``runs.transitions``; nothing is editable."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):
         return [f.name for f in self.model._meta.fields]

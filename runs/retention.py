@@ -15,14 +15,13 @@ fields). Callers: the ``prune`` command.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
-from core.clock import db_now
+from core.batches import Pace, prune_cut
 from runs.models import Group, Member, Run, RunStatus
 
 DEFAULT_BATCH = 500
@@ -56,18 +55,15 @@ def prune_runs(
     at: dt.datetime | None = None,
 ) -> RunPruneReport:
     """Delete closed runs older than ``older_than`` with their groups and members."""
-    if batch < 1:
-        raise ValueError(f"the batch must be at least 1, got {batch}")
-    cut = db_now(at) - older_than
+    cut = prune_cut(older_than, batch, at)
     report = RunPruneReport()
-    started = time.monotonic()
+    pace = Pace()
     if dry_run:
         report.runs = prunable_runs(cut).count()
         report.groups = Group.objects.filter(_closed_before(cut, "run__")).count()
         report.members = Member.objects.filter(_closed_before(cut, "group__run__")).count()
-        report.seconds = time.monotonic() - started
+        report.seconds = pace.elapsed()
         return report
-    last_said = started
     while True:
         run_ids = list(
             prunable_runs(cut)
@@ -83,15 +79,14 @@ def prune_runs(
             report.groups += groups
             deleted_now += runs
         report.runs += deleted_now
-        if time.monotonic() - last_said >= 1.0:
-            last_said = time.monotonic()
+        if pace.due():
             progress(
                 f"runs: {report.runs:,} deleted so far ({report.groups:,} groups, "
                 f"{report.members:,} members)"
             )
         if not deleted_now:
             break  # none of the picked runs could go (they changed meanwhile): stop here
-    report.seconds = time.monotonic() - started
+    report.seconds = pace.elapsed()
     return report
 
 

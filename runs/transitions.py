@@ -36,6 +36,7 @@ from runs.writer.lease import (
     seconds_left,
 )
 from runs.writer.members import Disposed
+from runs.writer.plan import Claimant
 from runs.writer.rows import current_run, deferred_item_refs
 
 __all__ = [
@@ -76,12 +77,7 @@ def plan_run(
     store is refused by the database (``RunAlreadyActive``).
     """
     return plan.plan_run(
-        store=store,
-        owner=owner,
-        lease_seconds=lease_seconds,
-        host=host,
-        pid=pid,
-        consolidator=consolidator,
+        Claimant(store, owner, lease_seconds, host, pid, consolidator),
         at=at,
     )
 
@@ -103,12 +99,7 @@ def next_group(
     ``lease_seconds`` applies only to a run planned by this call.
     """
     return groups.next_group(
-        store=store,
-        owner=owner,
-        lease_seconds=lease_seconds,
-        host=host,
-        pid=pid,
-        consolidator=consolidator,
+        Claimant(store, owner, lease_seconds, host, pid, consolidator),
         at=at,
     )
 

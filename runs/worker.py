@@ -144,12 +144,7 @@ class ConsolidatorWorker(WorkerLoop):
                 f"lease until {served.run.expires_at.isoformat()}"
             )
         if served.completed:
-            self._completed(served.run.run_id)
-            if self.once:
-                self.stop("run complete (--once)")
-                return False
-            self.wait(self.idle_seconds)
-            return True
+            return self._run_done(served.run.run_id)
         if served.group is None:
             return True
         return self._work_group(served)
@@ -232,11 +227,18 @@ class ConsolidatorWorker(WorkerLoop):
             else:
                 self._tell(line, same=same)
             if result.run_closed:
-                self._completed(served.run.run_id)
-                if self.once:
-                    self.stop("run complete (--once)")
-                    return False
-                self.wait(self.idle_seconds)
+                # The last member closed the run: no member of this group is left open.
+                return self._run_done(served.run.run_id)
+        return True
+
+    def _run_done(self, run_id: str) -> bool:
+        """A run closed complete: with --once the worker stops; else it waits --idle seconds
+        before it plans the next."""
+        self._completed(run_id)
+        if self.once:
+            self.stop("run complete (--once)")
+            return False
+        self.wait(self.idle_seconds)
         return True
 
     def _defer(self, group_id: int, reason: str) -> bool:

@@ -11,7 +11,7 @@ from audit.models import EventType
 from inbox.errors import InvalidTransition, JobNotFound
 from inbox.models import Job, JobState
 from inbox.writer.engine import run
-from inbox.writer.events import transition_event
+from inbox.writer.events import moved_events
 from inbox.writer.rows import lock_jobs
 from inbox.writer.values import CLEARED_CLAIM, EDITABLE_FIELDS, Held, Move, Moved, S
 
@@ -32,22 +32,14 @@ def retry_jobs(
     if run_after is not None and (run_after.tzinfo is None or run_after.utcoffset() is None):
         raise ValueError("run_after must be an aware datetime")
 
-    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+    def detail(job: Job, before: Job | None) -> dict[str, Any]:
         assert before is not None
-        return [
-            transition_event(
-                job,
-                EventType.RETRIED,
-                actor,
-                now,
-                before.state,
-                S.READY,
-                reason=reason,
-                previous_result_code=before.result_code,
-                previous_attempts=before.attempt_count,
-                **({"run_after": run_after.isoformat()} if run_after else {}),
-            )
-        ]
+        return {
+            "reason": reason,
+            "previous_result_code": before.result_code,
+            "previous_attempts": before.attempt_count,
+            **({"run_after": run_after.isoformat()} if run_after else {}),
+        }
 
     return run(
         Move(
@@ -56,7 +48,7 @@ def retry_jobs(
             allowed=[S.FAILED],
             actor=actor,
             values={**CLEARED_CLAIM, "attempt_count": 0, "result_code": "", "run_after": run_after},
-            events=events,
+            events=moved_events(EventType.RETRIED, actor, S.READY, [S.FAILED], detail),
             prior=lambda: lock_jobs(job_ids, skip_locked=len(job_ids) > 1),
             at=at,
         )
@@ -88,23 +80,15 @@ def cancel_jobs(
     if not (reason or "").strip():
         raise ValueError("cancel_job needs a reason")
 
-    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+    def detail(job: Job, before: Job | None) -> dict[str, Any]:
         assert before is not None
-        return [
-            transition_event(
-                job,
-                EventType.REJECTED,
-                actor,
-                now,
-                before.state,
-                S.REJECTED,
-                result_code="CANCELLED",
-                reason=reason,
-                cancelled=True,
-                claim_id=before.claim_id,
-                worker_id=before.worker_id,
-            )
-        ]
+        return {
+            "result_code": "CANCELLED",
+            "reason": reason,
+            "cancelled": True,
+            "claim_id": before.claim_id,
+            "worker_id": before.worker_id,
+        }
 
     return run(
         Move(
@@ -113,7 +97,7 @@ def cancel_jobs(
             allowed=CANCELLABLE,
             actor=actor,
             values={"result_code": "CANCELLED", "last_error": reason, **CLEARED_CLAIM},
-            events=events,
+            events=moved_events(EventType.REJECTED, actor, S.REJECTED, CANCELLABLE, detail),
             prior=lambda: lock_jobs(job_ids, skip_locked=len(job_ids) > 1),
             why="it began meanwhile",
             at=at,
@@ -139,29 +123,19 @@ def reconcile_jobs(
     it (``evidence``: job id → evidence). With ``skip_locked`` (the auto-reconciler, bulk
     actions) a row held right now is refused as busy instead of waited on."""
 
-    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
-        return [
-            transition_event(
-                job,
-                EventType.RECONCILED,
-                actor,
-                now,
-                S.OUTCOME_UNKNOWN,
-                S.RECONCILED,
-                result_code=result_code,
-                evidence=dict(evidence.get(job.job_id) or {}),
-                reason=reason,
-            )
-        ]
+    def detail(job: Job, before: Job | None) -> dict[str, Any]:
+        found = dict(evidence.get(job.job_id) or {})
+        return {"result_code": result_code, "evidence": found, "reason": reason}
 
+    allowed = [S.OUTCOME_UNKNOWN]
     return run(
         Move(
             [Held(job_id) for job_id in evidence],
             to=S.RECONCILED,
-            allowed=[S.OUTCOME_UNKNOWN],
+            allowed=allowed,
             actor=actor,
             values={"result_code": result_code},
-            events=events,
+            events=moved_events(EventType.RECONCILED, actor, S.RECONCILED, allowed, detail),
             prior=(lambda: lock_jobs(evidence, skip_locked=True)) if skip_locked else None,
             at=at,
         )

@@ -165,23 +165,13 @@ def renew_leases(
 
     def refusal(job: Job, item: Held, now: dt.datetime) -> InboxError | None:
         if job.claim_id == item.claim_id and job.state in HELD_STATES:
-            if job.lease_until is None or job.lease_until < now:
-                lapsed = job.lease_until.isoformat() if job.lease_until else "never set"
-                return LostClaim(
-                    job.job_id,
-                    job.state,
-                    job.state,
-                    claim_id=item.claim_id or "",
-                    why=f"lease lapsed at {lapsed}; awaiting the sweep",
-                )
-            return None
-        return LostClaim(
-            job.job_id,
-            job.state,
-            job.state,
-            claim_id=item.claim_id or "",
-            why=f"claim {item.claim_id} is no longer held (job is {job.state})",
-        )
+            if job.lease_until is not None and job.lease_until >= now:
+                return None
+            lapsed = job.lease_until.isoformat() if job.lease_until else "never set"
+            why = f"lease lapsed at {lapsed}; awaiting the sweep"
+        else:
+            why = f"claim {item.claim_id} is no longer held (job is {job.state})"
+        return LostClaim(job.job_id, job.state, job.state, claim_id=item.claim_id or "", why=why)
 
     def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
         detail = {"claim_id": job.claim_id, "lease_until": job.lease_until.isoformat()}

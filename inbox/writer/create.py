@@ -17,7 +17,7 @@ from inbox.jobtypes import IMMUTABLE_COLUMNS, get_job_type, parse_run_after, val
 from inbox.models import Job
 from inbox.writer import postgresql, sqlite
 from inbox.writer.engine import run
-from inbox.writer.events import from_state, transition_event
+from inbox.writer.events import moved_events
 from inbox.writer.rows import fingerprint_of, ids_of, lock_jobs, new_job
 from inbox.writer.values import CLEARED_CLAIM, Held, Move, Moved, S
 
@@ -278,19 +278,8 @@ def mark_ready(
             if approval_id and job.approval_id and job.approval_id != approval_id:
                 raise InvalidTransition(job_id, job.state, S.READY, "another approval is attached")
 
-        def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
-            return [
-                transition_event(
-                    job,
-                    EventType.READY,
-                    actor,
-                    now,
-                    S.CREATED,
-                    S.READY,
-                    fingerprint=sealed,
-                    approval_id=attach,
-                )
-            ]
+        def detail(job: Job, before: Job | None) -> dict[str, Any]:
+            return {"fingerprint": sealed, "approval_id": attach}
 
         moved = run(
             Move(
@@ -299,7 +288,7 @@ def mark_ready(
                 allowed=[S.CREATED],
                 actor=actor,
                 values={"approval_id": attach, "fingerprint": sealed},
-                events=events,
+                events=moved_events(EventType.READY, actor, S.READY, [S.CREATED], detail),
                 prior=lambda: prior,
                 check=check,
                 at=at,
@@ -321,21 +310,10 @@ def _reject(
         raise ValueError("reject_job needs a reason")
     allowed = [S.CLAIMED, S.EXECUTING] if holder else [S.CREATED]
 
-    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
-        frm = from_state(before, allowed)
-        return [
-            transition_event(
-                job,
-                EventType.REJECTED,
-                actor,
-                now,
-                frm,
-                S.REJECTED,
-                reason=reason,
-                result_code=result_code,
-            )
-        ]
+    def detail(job: Job, before: Job | None) -> dict[str, Any]:
+        return {"reason": reason, "result_code": result_code}
 
+    events = moved_events(EventType.REJECTED, actor, S.REJECTED, allowed, detail)
     return run(
         Move(
             held,

@@ -53,6 +53,23 @@ def from_state(before: Job | None, allowed: Sequence[str]) -> str:
     return allowed[0]
 
 
+def moved_events(
+    event_type: str,
+    actor: str,
+    to: str,
+    allowed: Sequence[str],
+    detail: Callable[[Job, Job | None], Mapping[str, Any]],
+) -> EventsFor:
+    """One transition event per moved job, from its state (``from_state``) to ``to``, with
+    ``detail(job, before)`` beside it: the shape most operator and worker moves record."""
+
+    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+        frm = from_state(before, allowed)
+        return [transition_event(job, event_type, actor, now, frm, to, **detail(job, before))]
+
+    return events
+
+
 @dataclass(frozen=True)
 class Shape:
     """One event's shape, defined once for both ways it is written: its type, the move it
@@ -212,25 +229,17 @@ def outcome_pairs(
 
 
 def recovery_events(actor: str, to: str) -> EventsFor:
-    def events(job: Job, before: Job | None, now: dt.datetime) -> list[Event]:
+    def detail(job: Job, before: Job | None) -> dict[str, Any]:
         assert before is not None
-        return [
-            transition_event(
-                job,
-                EventType.LEASE_EXPIRED,
-                actor,
-                now,
-                before.state,
-                to,
-                result_code="MAX_ATTEMPTS" if to == S.FAILED else "LEASE_EXPIRED",
-                claim_id=before.claim_id,
-                worker_id=before.worker_id,
-                lease_until=before.lease_until.isoformat() if before.lease_until else None,
-                attempt=before.attempt_count,
-            )
-        ]
+        return {
+            "result_code": "MAX_ATTEMPTS" if to == S.FAILED else "LEASE_EXPIRED",
+            "claim_id": before.claim_id,
+            "worker_id": before.worker_id,
+            "lease_until": before.lease_until.isoformat() if before.lease_until else None,
+            "attempt": before.attempt_count,
+        }
 
-    return events
+    return moved_events(EventType.LEASE_EXPIRED, actor, to, (), detail)
 
 
 def reported_outcome(o: Outcome) -> dict[str, Any]:

@@ -14,15 +14,14 @@ from django.db.models import Exists, OuterRef
 
 from core.clock import db_now
 from core.db import bounded
-from runs.consolidators import Consolidator
-from runs.errors import GroupExpired, InvalidRunTransition, RunError, RunNotFound
+from runs.errors import GroupExpired, InvalidRunTransition, RunError
 from runs.models import Group, GroupStatus, Member, Run, RunStatus
 from runs.writer import events
 from runs.writer.close import close_if_finished
 from runs.writer.guard import as_owner, writable_or_reject, write
 from runs.writer.lease import effectively_active_q, refresh_lease
-from runs.writer.plan import plan_run
-from runs.writer.rows import current_run, load_run
+from runs.writer.plan import Claimant, plan_run
+from runs.writer.rows import current_run, load_run, run_id_of
 
 
 @dataclass
@@ -49,16 +48,7 @@ class Deferred:
     run_closed: bool = False
 
 
-def next_group(
-    *,
-    store: str,
-    owner: str,
-    lease_seconds: int,
-    host: str | None,
-    pid: int | None,
-    consolidator: Consolidator | None,
-    at: dt.datetime | None,
-) -> Served:
+def next_group(who: Claimant, *, at: dt.datetime | None) -> Served:
     """Serve the owner's next group, planning first if it holds no effectively active run.
 
     A run lost between reading and serving (taken over or lapsed) is looked at again, up to
@@ -67,27 +57,21 @@ def next_group(
     planned = False
     for _attempt in range(3):
         now = db_now(at)
-        run = current_run(store)
-        if run is None or run.worker_id != owner or run.expires_at < now:
-            run = plan_run(
-                store=store,
-                owner=owner,
-                lease_seconds=lease_seconds,
-                host=host,
-                pid=pid,
-                consolidator=consolidator,
-                at=at,
-            )
+        run = current_run(who.store)
+        if run is None or run.worker_id != who.owner or run.expires_at < now:
+            run = plan_run(who, at=at)
             planned = True
             if run.status != RunStatus.ACTIVE:
                 return Served(run=run, planned=True, completed=True)
         try:
-            served = _serve(run.run_id, owner=owner, at=at)
+            served = _serve(run.run_id, owner=who.owner, at=at)
         except GroupExpired:
             continue
         served.planned = planned
         return served
-    raise RunError(f"store {store!r} changed hands three times while {owner!r} asked for a group")
+    raise RunError(
+        f"store {who.store!r} changed hands three times while {who.owner!r} asked for a group"
+    )
 
 
 def _serve(run_id: str, *, owner: str, at: dt.datetime | None) -> Served:
@@ -147,16 +131,9 @@ def defer_group(*, group_id: int, owner: str, reason: str, at: dt.datetime | Non
     """pending or served → deferred for the owner; rejected like any owner write."""
     if not reason:
         raise ValueError("defer_group needs a reason")
-    found = Group.objects.filter(id=group_id).values_list("run_id", flat=True).first()
-    if found is None:
-        raise RunNotFound(f"group {group_id}")
-    with as_owner(
-        found,
-        owner=owner,
-        what=f"defer group {group_id}",
-        detail={"group_id": group_id, "reason": reason},
-        at=at,
-    ) as (run, now):
+    run_id = run_id_of(Group.objects.filter(id=group_id), "run_id", f"group {group_id}")
+    what, detail = f"defer group {group_id}", {"group_id": group_id, "reason": reason}
+    with as_owner(run_id, owner=owner, what=what, detail=detail, at=at) as (run, now):
         group = Group.objects.get(id=group_id)
         allowed = (GroupStatus.PENDING, GroupStatus.SERVED)
         if group.status not in allowed:

@@ -16,12 +16,13 @@ from django.db.models import Exists, OuterRef
 
 from core import faults
 from runs.consolidators import Consolidator, get_consolidator
-from runs.errors import InvalidRunTransition, RunNotFound
+from runs.errors import InvalidRunTransition
 from runs.models import Disposition, Group, GroupStatus, Member, Run
 from runs.writer import events
 from runs.writer.close import close_if_finished
 from runs.writer.guard import as_owner, write
 from runs.writer.lease import effectively_active_q, refresh_lease
+from runs.writer.rows import run_id_of
 
 
 @dataclass
@@ -50,16 +51,11 @@ def dispose_member(
     if disposition not in Disposition.values:
         raise ValueError(f"unknown disposition {disposition!r} ({', '.join(Disposition.values)})")
     consolidator = consolidator or get_consolidator()
-    found = Member.objects.filter(id=member_id).values_list("group__run_id", flat=True).first()
-    if found is None:
-        raise RunNotFound(f"member {member_id}")
-    with as_owner(
-        found,
-        owner=owner,
-        what=f"dispose member {member_id}",
-        detail={"member_id": member_id, "disposition": disposition},
-        at=at,
-    ) as (run, now):
+    member_of = Member.objects.filter(id=member_id)
+    run_id = run_id_of(member_of, "group__run_id", f"member {member_id}")
+    what = f"dispose member {member_id}"
+    detail = {"member_id": member_id, "disposition": disposition}
+    with as_owner(run_id, owner=owner, what=what, detail=detail, at=at) as (run, now):
         # Read under the run lock: an earlier read may predate a concurrent write.
         member = Member.objects.select_related("group").get(id=member_id)
         group = member.group

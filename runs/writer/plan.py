@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import uuid
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
@@ -34,35 +35,40 @@ from runs.writer.rows import active_rows, deferred_item_refs, lock_store
 log = logging.getLogger("runs.transitions")
 
 
-def plan_run(
-    *,
-    store: str,
-    owner: str,
-    lease_seconds: int,
-    host: str | None,
-    pid: int | None,
-    consolidator: Consolidator | None,
-    at: dt.datetime | None,
-) -> Run:
+@dataclass(frozen=True)
+class Claimant:
+    """Who asks for a store's run: the owner, the lease a new run gets, where the owner runs
+    (its host and pid default to this process's) and what plans for it."""
+
+    store: str
+    owner: str
+    lease_seconds: int
+    host: str | None = None
+    pid: int | None = None
+    consolidator: Consolidator | None = None
+
+
+def plan_run(who: Claimant, *, at: dt.datetime | None) -> Run:
     """Plan outside any transaction, then store it; a lost INSERT race is retried once.
 
     The race is only possible if the store lock is bypassed; the second loss is raised as
     ``RunAlreadyActive``.
     """
-    if not store or not owner:
+    store = who.store
+    if not store or not who.owner:
         raise ValueError("plan_run needs a store and an owner")
-    check_lease(lease_seconds)
-    consolidator = consolidator or get_consolidator()
+    check_lease(who.lease_seconds)
+    consolidator = who.consolidator or get_consolidator()
     carry_over = deferred_item_refs(store)
     groups = [g for g in consolidator.plan(store=store, carry_over=carry_over) if g.members]
-    host = socket.gethostname() if host is None else host
-    pid = os.getpid() if pid is None else pid
+    host = socket.gethostname() if who.host is None else who.host
+    pid = os.getpid() if who.pid is None else who.pid
     for attempt in (1, 2):
         try:
             return _store_plan(
                 store=store,
-                owner=owner,
-                lease_seconds=lease_seconds,
+                owner=who.owner,
+                lease_seconds=who.lease_seconds,
                 host=host[:255],
                 pid=pid,
                 groups=groups,

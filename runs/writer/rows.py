@@ -41,6 +41,15 @@ def current_run(store: str) -> Run | None:
     return found[0] if found else None
 
 
+def run_id_of(rows: QuerySet, column: str, what: str) -> str:
+    """The run id ``column`` of the first of ``rows`` (a group's, a member's), or ``RunNotFound``
+    naming ``what``: read before the owner's transaction, which then locks that run."""
+    found = rows.values_list(column, flat=True).first()
+    if found is None:
+        raise RunNotFound(what)
+    return found
+
+
 def load_run(run_id: str, *, lock: bool = False) -> Run:
     """The run ``run_id`` (locked on PostgreSQL with ``lock``), or ``RunNotFound``."""
     found = rows(Run.objects.filter(run_id=run_id), lock=lock)

@@ -101,10 +101,23 @@ def add_reason(parser, *, required: bool, help: str) -> None:
         parser.add_argument("--reason", default="", type=reason(), help=help)
 
 
-def add_actor(parser, model: type[models.Model], field: str, *, help: str) -> None:
-    """``--as NAME``: the actor recorded (``cli_actor`` falls back to ``cli:<login>``); it must
-    fit ``model.field``, where the name is stored."""
-    parser.add_argument("--as", dest="actor", default=None, type=column(model, field), help=help)
+def add_actor(
+    parser, model: type[models.Model], field: str, *, help: str, default: str | None = None
+) -> None:
+    """``--as NAME``: the actor recorded (``cli_actor`` falls back to ``cli:<login>`` when
+    there is no default); it must fit ``model.field``, where the name is stored."""
+    parser.add_argument("--as", dest="actor", default=default, type=column(model, field), help=help)
+
+
+def add_loop(parser, *, interval: float) -> None:
+    """``--loop`` and ``--interval``: run as a worker with a heartbeat, one turn per interval."""
+    parser.add_argument("--loop", action="store_true", help="repeat until SIGTERM/SIGINT")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=interval,
+        help=f"seconds between loop turns (default {interval:g})",
+    )
 
 
 def add_deciding_user(parser, *, help: str) -> None:

@@ -9,7 +9,8 @@ from django.core.management.base import CommandError
 from audit.models import AuditEvent
 from inbox import reconcile
 from inbox.loop import PeriodicWorker
-from inbox.management.commands._common import ConsoleCommand, column
+from inbox.management.commands._common import ConsoleCommand
+from inbox.management.commands._operator import add_actor, add_loop
 
 
 class Command(ConsoleCommand):
@@ -25,15 +26,12 @@ class Command(ConsoleCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--auto", action="store_true", help="apply the unambiguous outcomes")
         parser.add_argument("--dry-run", action="store_true", help="print the plan; write nothing")
-        parser.add_argument("--loop", action="store_true", help="repeat until SIGTERM/SIGINT")
-        parser.add_argument(
-            "--interval", type=float, default=30.0, help="seconds between loop turns (default 30)"
-        )
-        parser.add_argument(
-            "--as",
-            dest="actor",
+        add_loop(parser, interval=30.0)
+        add_actor(
+            parser,
+            AuditEvent,
+            "actor",
             default="auto-reconciler",
-            type=column(AuditEvent, "actor"),
             help="actor (default auto-reconciler)",
         )
         parser.add_argument("--quiet", action="store_true", help="print only the summary")

@@ -8,7 +8,8 @@ from django.core.management.base import CommandError
 
 from audit.models import AuditEvent
 from inbox.loop import PeriodicWorker
-from inbox.management.commands._common import ConsoleCommand, cli_actor, column
+from inbox.management.commands._common import ConsoleCommand, cli_actor
+from inbox.management.commands._operator import add_actor, add_loop
 from inbox.transitions import recover_stale_claims_report
 
 
@@ -23,17 +24,8 @@ class Command(ConsoleCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--dry-run", action="store_true", help="report only; write nothing")
-        parser.add_argument("--loop", action="store_true", help="repeat until SIGTERM/SIGINT")
-        parser.add_argument(
-            "--interval", type=float, default=10.0, help="seconds between loop turns (default 10)"
-        )
-        parser.add_argument(
-            "--as",
-            dest="actor",
-            default=None,
-            type=column(AuditEvent, "actor"),
-            help="actor (default sweeper)",
-        )
+        add_loop(parser, interval=10.0)
+        add_actor(parser, AuditEvent, "actor", help="actor (default sweeper)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         dry_run = options["dry_run"]
