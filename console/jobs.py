@@ -57,7 +57,6 @@ MAIN_FILTERS = ("q", "state", "job_type")
 # Seconds between two polls of the list's rows and of a job's page.
 LIST_POLL_SECONDS = 5
 DETAIL_POLL_SECONDS = 3
-# "12 new jobs" above the first page counts at most this many ("99+").
 
 
 # --- orders the list offers (each one an index; see Job.Meta.indexes) -------------------------
