@@ -25,6 +25,16 @@ from inbox.selectors import (
     with_ids,
 )
 
+def _created(lookup: str, label: str) -> django_filters.DateTimeFilter:
+    """One bound of a creation-time range, picked with the browser's date-time input."""
+    return django_filters.DateTimeFilter(
+        field_name="created_at",
+        lookup_expr=lookup,
+        label=label,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
 # --- jobs -------------------------------------------------------------------------------------
 
 
@@ -88,18 +98,8 @@ class JobFilter(django_filters.FilterSet):
     )
     worker = django_filters.CharFilter(method="filter_worker", label="Worker")
     mission = django_filters.CharFilter(field_name="mission_id", label="Mission")
-    created_after = django_filters.DateTimeFilter(
-        field_name="created_at",
-        lookup_expr="gte",
-        label="Created from",
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-    )
-    created_before = django_filters.DateTimeFilter(
-        field_name="created_at",
-        lookup_expr="lt",
-        label="Created before",
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-    )
+    created_after = _created("gte", "Created from")
+    created_before = _created("lt", "Created before")
 
     payload = django_filters.CharFilter(
         method="filter_payload",
@@ -158,18 +158,8 @@ class AuditEventFilter(django_filters.FilterSet):
     )
     job = django_filters.CharFilter(field_name="job_id", label="Job")
     run = django_filters.CharFilter(field_name="run_id", label="Run")
-    after = django_filters.DateTimeFilter(
-        field_name="created_at",
-        lookup_expr="gte",
-        label="From",
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-    )
-    before = django_filters.DateTimeFilter(
-        field_name="created_at",
-        lookup_expr="lt",
-        label="Before",
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-    )
+    after = _created("gte", "From")
+    before = _created("lt", "Before")
 
     class Meta:
         model = AuditEvent

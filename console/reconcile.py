@@ -245,15 +245,30 @@ def _decided(
     return _case_response(request, job_id, act)
 
 
-@action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
-def reconcile_confirm_deleted(request: HttpRequest, job_id: str, *, act: ActionContext):
-    return _decided(
-        request,
-        job_id,
-        act,
-        lambda: svc.confirm_deleted(job_id, actor=act.actor, reason=act.reason),
-        "Confirmed deleted: the job is RECONCILED (CONFIRMED_DELETED).",
-    )
+def _plain_decision(
+    name: str, decide: Callable[..., object], done: str
+) -> Callable[..., HttpResponse]:
+    """A decision that takes nothing but the operator and the reason, as a view."""
+
+    @action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True, name=name)
+    def view(request: HttpRequest, job_id: str, *, act: ActionContext) -> HttpResponse:
+        return _decided(
+            request, job_id, act, lambda: decide(job_id, actor=act.actor, reason=act.reason), done
+        )
+
+    return view
+
+
+reconcile_confirm_deleted = _plain_decision(
+    "reconcile_confirm_deleted",
+    svc.confirm_deleted,
+    "Confirmed deleted: the job is RECONCILED (CONFIRMED_DELETED).",
+)
+reconcile_annotate = _plain_decision(
+    "reconcile_annotate",
+    svc.annotate,
+    "Annotated: the job stays OUTCOME_UNKNOWN with your note in its trail.",
+)
 
 
 @action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
@@ -290,17 +305,6 @@ def reconcile_decide(request: HttpRequest, job_id: str, *, act: ActionContext):
             done=f"Decided: the job is RECONCILED ({svc.APPLIED if applied else svc.NOT_APPLIED}).",
         )
     return _case_response(request, job_id, act)
-
-
-@action(permission="inbox.reconcile_job", region="unknown-case", needs_reason=True)
-def reconcile_annotate(request: HttpRequest, job_id: str, *, act: ActionContext):
-    return _decided(
-        request,
-        job_id,
-        act,
-        lambda: svc.annotate(job_id, actor=act.actor, reason=act.reason),
-        "Annotated: the job stays OUTCOME_UNKNOWN with your note in its trail.",
-    )
 
 
 @dataclass

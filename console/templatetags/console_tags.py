@@ -36,6 +36,24 @@ def request_id_field() -> SafeString:
     return format_html('<input type="hidden" name="request_id" value="{}">', uuid.uuid4().hex)
 
 
+@register.simple_tag(takes_context=True)
+def dashboard_poll(context: template.Context, region: str) -> SafeString:
+    """The attributes that make a dashboard region poll the home page for itself alone.
+
+    ``region`` is the region's id (``dashboard-runs``); its token and its poll interval come
+    from the context the dashboard view builds (``versions`` and ``every``).
+    """
+    key = region.replace("-", "_")
+    return format_html(
+        'id="{}" data-v="{}" hx-get="{}" hx-target="this" hx-swap="outerHTML"'
+        ' hx-trigger="every {}s" data-poll',
+        region,
+        context["versions"][key],
+        reverse("console:home"),
+        context["every"][key],
+    )
+
+
 @register.filter
 def capped(count: int, cap: int | None = None) -> str:
     """A capped count as operators read it: 12 → "12", 10,001 → "10,000+"."""
