@@ -154,6 +154,12 @@ if DB_PREPARE_THRESHOLD < 0:
     raise ImproperlyConfigured(
         f"DB_PREPARE_THRESHOLD must be 0 (off) or more, got {DB_PREPARE_THRESHOLD}"
     )
+# Seconds a PostgreSQL connect may take (libpq's connect_timeout; at least 2).
+DB_CONNECT_TIMEOUT_S = int(os.environ.get("DB_CONNECT_TIMEOUT_S", "5"))
+if DB_CONNECT_TIMEOUT_S < 2:
+    raise ImproperlyConfigured(
+        f"DB_CONNECT_TIMEOUT_S must be at least 2 (libpq's floor), got {DB_CONNECT_TIMEOUT_S}"
+    )
 DB_SESSION_TIMEOUTS_MS = {
     "lock_timeout": DB_LOCK_TIMEOUT_MS,
     "statement_timeout": DB_STATEMENT_TIMEOUT_MS,
@@ -193,6 +199,9 @@ def _database_from_env() -> dict:
     else:
         config["CONN_HEALTH_CHECKS"] = True
         options = config.setdefault("OPTIONS", {})
+        # A connect to a host that drops packets would otherwise wait for the kernel's TCP
+        # timeout (minutes); a worker gives up after this and backs off (inbox.outage).
+        options.setdefault("connect_timeout", DB_CONNECT_TIMEOUT_S)
         if DATABASE_POOLER == "pgbouncer":
             options["prepare_threshold"] = None  # no server-side prepared statements
             config["DISABLE_SERVER_SIDE_CURSORS"] = True

@@ -3,8 +3,11 @@
 ``WorkerLoop`` owns what a worker process does around its work: one worker-id scheme
 (``inbox.workers.new_worker_id``), the heartbeat row (registered at start, beaten at most every
 poll interval, marked stopped on the way out), SIGTERM/SIGINT (a flag: the work in hand
-finishes), progress lines, and database errors (one log line, the connection dropped, a wait
-that doubles up to ``MAX_BACKOFF`` seconds, then the next turn reconnects).
+finishes; installed first, so a stop also ends a wait for the database at start-up), progress
+lines, and database outages (``inbox.outage``: the start-up and every turn are retried with
+capped, jittered backoff, one line per retry and one when the database is back; an error no wait
+mends, such as refused credentials or an unmigrated schema, ends the worker with a
+``ConfigurationError`` that says what to do).
 ``close_old_connections`` runs every turn (at most once a poll interval, see
 ``_refresh_connection``), so a kept connection survives a restarted database.
 
@@ -27,24 +30,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from django.conf import settings
-from django.db import (
-    InterfaceError,
-    InternalError,
-    OperationalError,
-    close_old_connections,
-    connection,
-)
+from django.db import DatabaseError, close_old_connections, connection
 
 from core import logs
 from inbox import workers
 from inbox.checks import require_worker_checks
-
-# What a lost or ended connection raises: the server went away, the network dropped, or the
-# server ended a transaction left idle too long (25P03, an InternalError). The worker drops
-# the connection, backs off and reconnects.
-DB_ERRORS = (OperationalError, InterfaceError, InternalError)
-# The longest wait between turns while the database stays away.
-MAX_BACKOFF = 30.0
+from inbox.outage import DB_ERRORS, Outage, require_migrated
 
 log = logging.getLogger("inbox.loop")
 
@@ -79,7 +70,8 @@ class WorkerLoop:
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._stop_reason = ""
-        self._backoff = 0.0
+        self.outage = Outage(self.worker_id)
+        self._registered = False
         self._last_beat = 0.0
         self._last_refresh = 0.0
         self._last_progress = time.monotonic()
@@ -146,52 +138,73 @@ class WorkerLoop:
     def run(self) -> Any:
         """Run until ``turn`` says so or a stop signal; always hand back and mark stopped.
 
-        The system checks a worker needs run first (``inbox.checks``): a misconfiguration is a
-        ``ConfigurationError`` before anything is registered or claimed.
+        The system checks a worker needs run first (``inbox.checks``), and the migrations: a
+        misconfiguration is a ``ConfigurationError`` before anything is registered or claimed.
         """
-        require_worker_checks()
         # JSON logs: every record of this process carries the worker id.
         logs.bind_process(worker_id=self.worker_id)
-        description = self.setup()
-        self._register()
-        self.out(f"{self.kind} {self.worker_id}" + (f": {description}" if description else ""))
-        self._warn_if_lease_within_idle_timeout()
         previous = self._install_signals()
         try:
-            while not self.stopping:
-                self._refresh_connection()
-                try:
-                    self.beat()
-                    if not self.turn():
-                        break
-                    self._backoff = 0.0
-                except DB_ERRORS as exc:
-                    self.db_errors += 1
-                    self._backoff = min(max(self._backoff * 2, self.poll, 0.5), MAX_BACKOFF)
-                    log.error(
-                        "%s: database error; reconnecting in %.1fs: %s",
-                        self.worker_id,
-                        self._backoff,
-                        exc,
-                    )
-                    self.drop_connection()
-                    self.on_db_error()
-                    self._stop.wait(self._backoff)
-                self.maybe_progress()
+            description = self._start()
+            if description is None:  # stopped while the database was away
+                self.out(self.summary())
+                return self.result()
+            self.out(f"{self.kind} {self.worker_id}" + (f": {description}" if description else ""))
+            self._warn_if_lease_within_idle_timeout()
+            self._loop()
         finally:
             try:
-                self.finish()
-                done, failed = self.counters()
-                workers.mark_stopped(worker_id=self.worker_id, jobs_done=done, jobs_failed=failed)
-            except DB_ERRORS as exc:
-                log.error(
-                    "%s: could not hand back or mark the worker stopped: %s", self.worker_id, exc
-                )
-                self.drop_connection()
+                self._hand_back()
             finally:
                 self._restore_signals(previous)
         self.out(self.summary())
         return self.result()
+
+    def _start(self) -> str | None:
+        """The checks, ``setup`` and the heartbeat row, tried again for as long as the database
+        stays away; None when a stop came first. ``setup`` runs once (it may start threads)."""
+        description: str | None = None
+        while not self.stopping:
+            try:
+                require_worker_checks()
+                require_migrated()
+                if description is None:
+                    description = self.setup()
+                self._register()
+                self.outage.ended()
+                return description
+            except DatabaseError as exc:
+                delay = self.outage.failed(exc, doing="starting")
+                self.drop_connection()
+                self._stop.wait(delay)
+        return None
+
+    def _loop(self) -> None:
+        while not self.stopping:
+            self._refresh_connection()
+            try:
+                self.beat()
+                if not self.turn():
+                    break
+                self.outage.ended()
+            except DatabaseError as exc:
+                self.db_errors += 1
+                delay = self.outage.failed(exc, doing="working")
+                self.drop_connection()
+                self.on_db_error()
+                self._stop.wait(delay)
+            self.maybe_progress()
+
+    def _hand_back(self) -> None:
+        if not self._registered:
+            return
+        try:
+            self.finish()
+            done, failed = self.counters()
+            workers.mark_stopped(worker_id=self.worker_id, jobs_done=done, jobs_failed=failed)
+        except DB_ERRORS as exc:
+            log.error("%s: could not hand back or mark the worker stopped: %s", self.worker_id, exc)
+            self.drop_connection()
 
     def result(self) -> Any:
         return None
@@ -221,34 +234,17 @@ class WorkerLoop:
                 idle_ms / 1000,
             )
 
-    def _register(self, attempts: int = 5) -> None:
-        """Write the heartbeat row, riding out a dropped session as the loop does (a worker
-        started while the database restarts or a pooler recycles must not die on its first
-        query); a database that stays unreachable is still an error after ``attempts``."""
-        delay = max(self.poll, 0.5)
-        for attempt in range(1, attempts + 1):
-            try:
-                workers.register_worker(
-                    worker_id=self.worker_id,
-                    kind=self.kind,
-                    scope=self.scope,
-                    store=self.store,
-                    poll_seconds=self.poll,
-                    lease_seconds=self.lease_seconds,
-                )
-                return
-            except DB_ERRORS as exc:
-                if attempt == attempts:
-                    raise
-                log.error(
-                    "%s: database error while registering; retrying in %.1fs: %s",
-                    self.worker_id,
-                    delay,
-                    exc,
-                )
-                self.drop_connection()
-                time.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF)
+    def _register(self) -> None:
+        """Write the heartbeat row (``_start`` retries it while the database is away)."""
+        workers.register_worker(
+            worker_id=self.worker_id,
+            kind=self.kind,
+            scope=self.scope,
+            store=self.store,
+            poll_seconds=self.poll,
+            lease_seconds=self.lease_seconds,
+        )
+        self._registered = True
 
     def on_db_error(self) -> None:
         """Called after a turn a database error cut short (the worker may have lost track)."""

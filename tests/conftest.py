@@ -120,5 +120,5 @@ def db_vendor() -> str:
     return connection.vendor
 
 
-from tests.support.pgbouncer import bouncer_db, pgbouncer  # noqa: E402, F401
+from tests.support.pgbouncer import bouncer_db, own_bouncer, pgbouncer  # noqa: E402, F401
 from tests.support.procdb import _proc_db_templates, proc_db  # noqa: E402, F401

@@ -51,57 +51,96 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+class Bouncer:
+    """One PgBouncer in front of the suite's PostgreSQL, on a fixed free port: ``stop`` and
+    ``start`` again to play a pooler restart (its clients' sessions end, the port refuses
+    connections until it is back)."""
+
+    def __init__(self) -> None:
+        self.binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not os.path.exists(self.binary):
+            pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
+        suite = urlsplit(os.environ["DATABASE_URL"])
+        # PgBouncer refuses to run as root, so it runs as postgres: its folder must be
+        # reachable by that user (pytest's own temp root is private to us).
+        self.folder = Path(tempfile.mkdtemp(prefix="console-pgbouncer-"))
+        os.chmod(self.folder, 0o777)
+        self.port = _free_port()
+        auth = self.folder / "users.txt"
+        auth.write_text(f'"{suite.username or "postgres"}" ""\n')
+        self.config = self.folder / "pgbouncer.ini"
+        self.config.write_text(
+            CONFIG.format(
+                host=suite.hostname or "127.0.0.1",
+                port=suite.port or 5432,
+                listen=self.port,
+                auth=auth,
+                log=self.folder / "pgbouncer.log",
+                pid=self.folder / "pgbouncer.pid",
+            )
+        )
+        for path in (auth, self.config):
+            os.chmod(path, 0o644)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        command = [self.binary, str(self.config)]
+        if os.geteuid() == 0:
+            command[1:1] = ["-u", "postgres"]
+        # Its console output goes to a file, never to a pipe nobody reads: a full pipe (64 KiB
+        # of log lines) blocks PgBouncer in write() and every client then times out connecting.
+        console = (self.folder / "pgbouncer.out").open("a")
+        self.proc = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)
+        console.close()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError as exc:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = self.folder / "pgbouncer.log"
+                    text = log.read_text() if log.exists() else ""
+                    out = (self.folder / "pgbouncer.out").read_text()
+                    raise RuntimeError(f"pgbouncer did not start: {out} {text}") from exc
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Kill it (no graceful drain: frozen test clients may still hold connections)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            self.proc = None
+        (self.folder / "pgbouncer.pid").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def url_for(self, db: ProcDB) -> ProcDB:
+        """``db``, reached through this PgBouncer, its processes told so."""
+        parts = urlsplit(db.url)
+        netloc = f"{parts.username or 'postgres'}@127.0.0.1:{self.port}"
+        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        return ProcDB(url, "postgresql", Path(db.workdir), {"DATABASE_POOLER": "pgbouncer"})
+
+
 @pytest.fixture(scope="session")
 def pgbouncer() -> Iterator[int]:
     """Start PgBouncer in front of the suite's PostgreSQL; its port."""
-    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-    if not os.path.exists(binary):
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
-    suite = urlsplit(os.environ["DATABASE_URL"])
-    # PgBouncer refuses to run as root, so it runs as postgres: its folder must be reachable
-    # by that user (pytest's own temp root is private to us).
-    folder = Path(tempfile.mkdtemp(prefix="console-pgbouncer-"))
-    os.chmod(folder, 0o777)
-    listen = _free_port()
-    auth = folder / "users.txt"
-    auth.write_text(f'"{suite.username or "postgres"}" ""\n')
-    config = folder / "pgbouncer.ini"
-    config.write_text(
-        CONFIG.format(
-            host=suite.hostname or "127.0.0.1",
-            port=suite.port or 5432,
-            listen=listen,
-            auth=auth,
-            log=folder / "pgbouncer.log",
-            pid=folder / "pgbouncer.pid",
-        )
-    )
-    for path in (auth, config):
-        os.chmod(path, 0o644)
-    command = [binary, str(config)]
-    if os.geteuid() == 0:
-        command[1:1] = ["-u", "postgres"]
-    # Its console output goes to a file, never to a pipe nobody reads: a full pipe (64 KiB of
-    # log lines) blocks PgBouncer in write() and every client then times out connecting.
-    console = (folder / "pgbouncer.out").open("w")
-    proc = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT)
-    console.close()
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", listen), timeout=1).close()
-            break
-        except OSError as exc:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log = folder / "pgbouncer.log"
-                text = log.read_text() if log.exists() else ""
-                out = (folder / "pgbouncer.out").read_text()
-                raise RuntimeError(f"pgbouncer did not start: {out} {text}") from exc
-            time.sleep(0.1)
-    yield listen
-    proc.kill()  # no graceful drain: frozen test clients may still hold connections
-    proc.wait(timeout=10)
-    shutil.rmtree(folder, ignore_errors=True)
+    bouncer = Bouncer()
+    bouncer.start()
+    yield bouncer.port
+    bouncer.close()
+
+
+@pytest.fixture
+def own_bouncer() -> Iterator[Bouncer]:
+    """A PgBouncer of this test's own, started, which the test may stop and start again."""
+    bouncer = Bouncer()
+    bouncer.start()
+    yield bouncer
+    bouncer.close()
 
 
 @pytest.fixture

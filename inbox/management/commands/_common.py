@@ -20,9 +20,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
-from django.db import OperationalError, models
+from django.db import DatabaseError, OperationalError, models
 
 from audit.events import REASON_MAX
+from inbox.outage import unmendable
 
 
 def _clean(value: str) -> str:
@@ -94,8 +95,12 @@ class ConsoleCommand(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
             return super().execute(*args, **options)
-        except OperationalError as exc:
-            if not database_busy(exc):
+        except DatabaseError as exc:
+            # What no wait mends (an unmigrated schema, refused credentials, a file SQLite
+            # cannot open) says what to do instead of a traceback, from any command.
+            if (fatal := unmendable(exc)) is not None:
+                raise CommandError(str(fatal)) from exc
+            if not isinstance(exc, OperationalError) or not database_busy(exc):
                 raise
             raise CommandError(
                 f"the database is busy: {exc}. Another process holds the lock this command "

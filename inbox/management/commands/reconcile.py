@@ -8,6 +8,7 @@ from django.core.management.base import CommandError
 
 from audit.models import AuditEvent
 from inbox import reconcile
+from inbox.errors import ConfigurationError
 from inbox.loop import PeriodicWorker
 from inbox.management.commands._common import ConsoleCommand
 from inbox.management.commands._operator import add_actor, add_loop
@@ -46,7 +47,7 @@ class Command(ConsoleCommand):
                     body=lambda worker_id: self._once(apply=apply, actor=worker_id, quiet=True),
                     out=self.stdout.write,
                 ).run()
-            except ValueError as exc:
+            except (ValueError, ConfigurationError) as exc:
                 raise CommandError(str(exc)) from exc
             return
         said = self._once(apply=apply, actor=options["actor"], quiet=options["quiet"])

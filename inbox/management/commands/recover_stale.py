@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from audit.models import AuditEvent
+from inbox.errors import ConfigurationError
 from inbox.loop import PeriodicWorker
 from inbox.management.commands._common import ConsoleCommand, cli_actor
 from inbox.management.commands._operator import add_actor, add_loop
@@ -44,7 +45,7 @@ class Command(ConsoleCommand):
                     body=lambda worker_id: sweep(options["actor"] or worker_id),
                     out=self.stdout.write,
                 ).run()
-            except ValueError as exc:
+            except (ValueError, ConfigurationError) as exc:
                 raise CommandError(str(exc)) from exc
         else:
             self.stdout.write(

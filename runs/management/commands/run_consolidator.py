@@ -98,6 +98,8 @@ class Command(ConsoleCommand):
             logs.worker_out(self.stdout.write)(f"database: {description}")
         try:
             worker.run()  # prints its summary line last
+        except ConfigurationError as exc:
+            raise CommandError(f"configuration error: {exc}") from exc
         except ConsolidatorError as exc:
             raise CommandError(f"consolidator error: {exc}") from exc
         except RunError as exc:
