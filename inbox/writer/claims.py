@@ -220,22 +220,16 @@ def release_jobs(
             transition_event(job, EventType.RELEASED, actor, now, S.CLAIMED, S.READY, reason=reason)
         ]
 
-    return run(
-        Move(
-            held,
-            to=S.READY,
-            allowed=[S.CLAIMED],
-            actor=actor,
-            values={
-                **CLEARED_CLAIM,
-                "attempt_count": Sql(
-                    "CASE WHEN attempt_count > 0 THEN attempt_count - 1 ELSE 0 END"
-                ),
-            },
-            events=events,
-            fence="holder",
-            at=at,
-        )
+    return _from_claimed(
+        held,
+        S.READY,
+        actor,
+        at,
+        values={
+            **CLEARED_CLAIM,
+            "attempt_count": Sql("CASE WHEN attempt_count > 0 THEN attempt_count - 1 ELSE 0 END"),
+        },
+        events=events,
     )
 
 
@@ -256,25 +250,28 @@ def _begin(
     full: bool,
     at: dt.datetime | None,
 ) -> Moved:
-    return run(
-        Move(
-            held,
-            to=S.EXECUTING,
-            allowed=[S.CLAIMED],
-            actor=actor,
-            values=lambda now: (
-                {} if lease_seconds is None else {"lease_until": lease_end(now, lease_seconds)}
-            ),
-            events=begin_events(actor, authorized),
-            fence="holder",
-            lease="running" if lease_seconds is not None else None,
-            fail_closed=fail_closed,
-            events_ahead=True,
-            full=full,
-            why="the lease lapsed before the job began",
-            at=at,
-        )
+    return _from_claimed(
+        held,
+        S.EXECUTING,
+        actor,
+        at,
+        values=lambda now: (
+            {} if lease_seconds is None else {"lease_until": lease_end(now, lease_seconds)}
+        ),
+        events=begin_events(actor, authorized),
+        lease="running" if lease_seconds is not None else None,
+        fail_closed=fail_closed,
+        events_ahead=True,
+        full=full,
+        why="the lease lapsed before the job began",
     )
+
+
+def _from_claimed(
+    held: Sequence[Held], to: str, actor: str, at: dt.datetime | None, **move: Any
+) -> Moved:
+    """A holder's move of jobs it claimed and has not begun, each fenced on its claim."""
+    return run(Move(held, to=to, allowed=[S.CLAIMED], actor=actor, fence="holder", at=at, **move))
 
 
 def begin_jobs(

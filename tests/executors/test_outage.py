@@ -192,3 +192,27 @@ def _fresh_pg_database(proc_db: ProcDB, name: str) -> str:
 def _drop_pg_database(proc_db: ProcDB, name: str) -> None:
     with _admin(proc_db) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("command", ["consolidator", "sweeper", "reconciler"])
+def test_every_other_worker_started_while_the_pooler_is_down_registers_once_it_is_back(
+    proc_db: ProcDB, own_bouncer, command: str
+) -> None:
+    pooled = own_bouncer.url_for(proc_db)
+    own_bouncer.stop()
+    out = (proc_db.workdir / f"{command}.out").open("w")
+    proc = pooled.popen(*COMMANDS[command], stdout=out, stderr=subprocess.STDOUT)
+    out.close()
+    log = proc_db.workdir / f"{command}.out"
+    try:
+        wait_for(lambda: log.read_text().count("database unavailable while starting") >= 2)
+        assert proc.poll() is None, log.read_text()
+        own_bouncer.start()
+        wait_for(lambda: proc_db.scalar("SELECT count(*) FROM inbox_worker") == 1, timeout=60)
+        assert proc.poll() is None, log.read_text()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0, log.read_text()
+    assert "database is back after" in log.read_text()

@@ -11,13 +11,15 @@ checked the same way in every command that takes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import CommandError
 from django.db import models
 
-from inbox.errors import InboxError
+from inbox.errors import ConfigurationError, InboxError
+from inbox.loop import PeriodicWorker
 from inbox.management.commands._common import (
     ConsoleCommand,
     cli_actor,
@@ -118,6 +120,15 @@ def add_loop(parser, *, interval: float) -> None:
         default=interval,
         help=f"seconds between loop turns (default {interval:g})",
     )
+
+
+def run_loop(kind: str, options: dict[str, Any], body: Callable[[str], str], out: Any) -> None:
+    """Run ``body(worker_id)`` every ``--interval`` seconds as a heartbeat worker (``--loop``);
+    a bad interval or a configuration no wait mends is a ``CommandError``."""
+    try:
+        PeriodicWorker(kind=kind, interval=options["interval"], body=body, out=out).run()
+    except (ValueError, ConfigurationError) as exc:
+        raise CommandError(str(exc)) from exc
 
 
 def add_deciding_user(parser, *, help: str) -> None:

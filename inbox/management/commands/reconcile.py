@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError
-
 from audit.models import AuditEvent
 from inbox import reconcile
-from inbox.errors import ConfigurationError
-from inbox.loop import PeriodicWorker
 from inbox.management.commands._common import ConsoleCommand
-from inbox.management.commands._operator import add_actor, add_loop
+from inbox.management.commands._operator import add_actor, add_loop, run_loop
 
 
 class Command(ConsoleCommand):
@@ -40,15 +36,12 @@ class Command(ConsoleCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         apply = options["auto"] and not options["dry_run"]
         if options["loop"]:
-            try:
-                PeriodicWorker(
-                    kind="reconciler",
-                    interval=options["interval"],
-                    body=lambda worker_id: self._once(apply=apply, actor=worker_id, quiet=True),
-                    out=self.stdout.write,
-                ).run()
-            except (ValueError, ConfigurationError) as exc:
-                raise CommandError(str(exc)) from exc
+            run_loop(
+                "reconciler",
+                options,
+                lambda worker_id: self._once(apply=apply, actor=worker_id, quiet=True),
+                self.stdout.write,
+            )
             return
         said = self._once(apply=apply, actor=options["actor"], quiet=options["quiet"])
         if said:

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError
-
 from audit.models import AuditEvent
-from inbox.errors import ConfigurationError
-from inbox.loop import PeriodicWorker
 from inbox.management.commands._common import ConsoleCommand, cli_actor
-from inbox.management.commands._operator import add_actor, add_loop
+from inbox.management.commands._operator import add_actor, add_loop, run_loop
 from inbox.transitions import recover_stale_claims_report
 
 
@@ -38,15 +34,12 @@ class Command(ConsoleCommand):
             return ""
 
         if options["loop"]:
-            try:
-                PeriodicWorker(
-                    kind="sweeper",
-                    interval=options["interval"],
-                    body=lambda worker_id: sweep(options["actor"] or worker_id),
-                    out=self.stdout.write,
-                ).run()
-            except (ValueError, ConfigurationError) as exc:
-                raise CommandError(str(exc)) from exc
+            run_loop(
+                "sweeper",
+                options,
+                lambda worker_id: sweep(options["actor"] or worker_id),
+                self.stdout.write,
+            )
         else:
             self.stdout.write(
                 sweep(options["actor"] or cli_actor(None).replace("cli:", "sweeper:"))

@@ -9,7 +9,6 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from core import logs
-from inbox.checks import require_worker_checks
 from inbox.dbcheck import describe_database
 from inbox.errors import ConfigurationError
 from inbox.management.commands._common import WORKER_SYSTEM_CHECKS, ConsoleCommand, column
@@ -81,7 +80,8 @@ class Command(ConsoleCommand):
         if verbosity >= 2:
             logging.getLogger("runs").setLevel(logging.DEBUG)
         try:
-            require_worker_checks()
+            # The worker checks (with the database) run in the loop's start-up, which waits
+            # out a database that is away.
             description = describe_database()
             worker = ConsolidatorWorker(
                 store=options["store"],
