@@ -20,9 +20,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
-from django.db import OperationalError, models
+from django.db import DatabaseError, models
 
 from audit.events import REASON_MAX
+from inbox.pooler import explain_pooler_error
 
 
 def _clean(value: str) -> str:
@@ -89,12 +90,16 @@ def _guarded(convert: Callable[[str], Any] | None) -> Callable[[str], Any]:
 class ConsoleCommand(BaseCommand):
     """Base of every management command of the project: each argument (Django's own too) is
     refused if it holds a NUL byte or non-UTF-8 bytes, before ``handle`` runs; a database that
-    stays locked past its busy timeout is reported as such (exit 1), not as a traceback."""
+    stays locked past its busy timeout is reported as such (exit 1), not as a traceback, and so
+    is a pooler that needs ``DATABASE_POOLER`` (``inbox.pooler``)."""
 
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
             return super().execute(*args, **options)
-        except OperationalError as exc:
+        except DatabaseError as exc:
+            explained = explain_pooler_error(exc)
+            if explained is not None:
+                raise CommandError(str(explained)) from exc
             if not database_busy(exc):
                 raise
             raise CommandError(
