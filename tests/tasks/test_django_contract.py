@@ -414,7 +414,9 @@ def test_failed_attempt_with_a_retry_left_signalled_failed_but_reads_ready(signa
     result = sample.second_attempt_succeeds.enqueue()
     _drain()
     assert signalled[-1][:4] == ("finished", InboxTaskBackend, result.id, "FAILED")
-    assert default_task_backend.get_result(result.id).status == R.READY
+    read = default_task_backend.get_result(result.id)
+    assert read.status == R.READY
+    assert read.task.run_after == Job.objects.get(job_id=result.id).run_after is not None
 
 
 @pytest.mark.django_db(transaction=True)
