@@ -20,8 +20,8 @@ startup parameter: options``.
   anything in between: the server sees the client's own address and port only when nothing
   sits between them. Over a Unix socket it cannot tell, and says so (``None``).
 - ``explain_pooler_error`` turns the errors above, met at run time, into a
-  ``ConfigurationError`` that names the setting. Workers' loops and the management commands
-  call it where a database error surfaces.
+  ``ConfigurationError`` that names the setting. Callers: every management command
+  (``ConsoleCommand.execute``) and the worker loop, where a database error surfaces.
 """
 
 from __future__ import annotations

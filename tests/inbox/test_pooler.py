@@ -61,6 +61,19 @@ def test_explain_pooler_error_session_state_lost_names_the_setting_in_one_line(
     assert " ".join(str(driver_error).split()) in text  # what the server said, kept
 
 
+def test_explain_pooler_error_keeps_the_first_line_of_a_long_error(settings):
+    settings.DATABASE_POOLER = ""
+    error = psycopg.OperationalError(
+        "connection failed: FATAL:  unsupported startup parameter: options\n"
+        "Multiple connection attempts failed. All failures were:\n- host: '127.0.0.1'"
+    )
+    text = str(explain_pooler_error(_django_error(error, OperationalError)))
+    assert "\n" not in text
+    assert text.endswith(
+        "(the server said: connection failed: FATAL: unsupported startup parameter: options)"
+    )
+
+
 def test_explain_pooler_error_driver_error_itself_explained(settings):
     settings.DATABASE_POOLER = ""
     error = pg_errors.InvalidSqlStatementName('prepared statement "_pg3_0" does not exist')
