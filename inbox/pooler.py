@@ -45,10 +45,14 @@ NEEDLESS = (
     "DATABASE_POOLER=pgbouncer but the database is reached directly (no pooler in between): "
     "unset DATABASE_POOLER"
 )
-# SQLSTATEs of session state that went missing: a prepared statement (26000 invalid SQL
-# statement name, 42P05 duplicate prepared statement) or a cursor (34000 invalid cursor name).
+# Session state that went missing, by SQLSTATE and the name the driver or Django gave it: one
+# of psycopg's prepared statements (26000 invalid SQL statement name, 42P05 duplicate prepared
+# statement) or one of Django's server-side cursors (34000 invalid cursor name). Names the
+# project never makes (a hand-written PREPARE) are someone else's mistake, not the pooler's.
 _LOST_STATEMENT = {"26000", "42P05"}
+_PSYCOPG_STATEMENT = 'prepared statement "_pg3_'
 _LOST_CURSOR = "34000"
+_DJANGO_CURSOR = 'cursor "_django_curs_'
 # What PgBouncer says when a client sends startup parameters it does not pass on; without
 # DATABASE_POOLER the timeouts travel as the ``options`` parameter.
 _REFUSED_STARTUP = "unsupported startup parameter"
@@ -67,8 +71,8 @@ def explain_pooler_error(exc: BaseException) -> ConfigurationError | None:
     for error in _chain(exc):
         said = _first_line(error)
         sqlstate = getattr(error, "sqlstate", None)
-        lost_statement = sqlstate in _LOST_STATEMENT and "prepared statement" in said
-        lost_cursor = sqlstate == _LOST_CURSOR and "cursor" in said
+        lost_statement = sqlstate in _LOST_STATEMENT and _PSYCOPG_STATEMENT in said
+        lost_cursor = sqlstate == _LOST_CURSOR and _DJANGO_CURSOR in said
         if lost_statement or lost_cursor or _REFUSED_STARTUP in said:
             return ConfigurationError(f"{MISSING} (the server said: {said})")
     return None

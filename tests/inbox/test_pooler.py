@@ -92,10 +92,23 @@ def test_explain_pooler_error_with_the_setting_on_leaves_the_error_alone(setting
         (pg_errors.UniqueViolation("duplicate key value"), IntegrityError),
         (pg_errors.UndefinedTable('relation "inbox_job" does not exist'), ProgrammingError),
         (pg_errors.InvalidSqlStatementName('portal "x" does not exist'), ProgrammingError),
+        (
+            pg_errors.InvalidSqlStatementName('prepared statement "mine" does not exist'),
+            ProgrammingError,
+        ),
+        (pg_errors.InvalidCursorName('cursor "mine" does not exist'), ProgrammingError),
         (psycopg.OperationalError("server closed the connection unexpectedly"), OperationalError),
         (ValueError("prepared statement"), ValueError),
     ],
-    ids=["unique", "no-table", "not-a-statement", "dropped", "not-a-database-error"],
+    ids=[
+        "unique",
+        "no-table",
+        "not-a-statement",
+        "not-ours-statement",
+        "not-djangos-cursor",
+        "dropped",
+        "not-a-database-error",
+    ],
 )
 def test_explain_pooler_error_other_errors_not_explained(settings, driver_error, kind):
     settings.DATABASE_POOLER = ""
