@@ -26,6 +26,7 @@ from django.apps import apps
 from django.db import DatabaseError, InterfaceError, InternalError, OperationalError, connection
 
 from core.errors import ConfigurationError
+from inbox.pooler import explain_pooler_error
 
 log = logging.getLogger("inbox.loop")
 
@@ -81,6 +82,10 @@ def unmendable(exc: BaseException) -> ConfigurationError | None:
     """A ``ConfigurationError`` saying what to do, when waiting cannot mend ``exc``; else None."""
     if not isinstance(exc, DatabaseError):
         return None
+    # A transaction pooler reached without DATABASE_POOLER loses prepared statements or refuses
+    # the session options: the same on every retry.
+    if (pooler := explain_pooler_error(exc)) is not None:
+        return pooler
     cause = exc.__cause__ or exc
     state = getattr(cause, "sqlstate", None) or getattr(exc, "sqlstate", None)
     advice = SQLSTATES.get(state or "")

@@ -142,3 +142,24 @@ def raises_system_exit(code: int) -> None:
 @task
 def raises_generator_exit() -> None:
     raise GeneratorExit("closed from inside the task")
+
+
+@task(takes_context=True)
+def own_id(context) -> str:
+    """The id its context names: the id ``enqueue`` returned."""
+    return context.task_result.id
+
+
+@task(takes_context=True)
+def status_while_running(context) -> str:
+    """Its own status as any process reads it back while it runs."""
+    return str(context.task_result.task.get_result(context.task_result.id).status)
+
+
+@retry(retries=1, backoff=0.2, cap=0.2, jitter=0.0)
+@task(takes_context=True)
+def second_attempt_succeeds(context) -> int:
+    """Fails its first attempt; returns the attempt its context counts on the next one."""
+    if context.attempt < 2:
+        raise RuntimeError(f"attempt {context.attempt} fails on purpose")
+    return context.attempt

@@ -20,7 +20,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError, OperationalError, models
+from django.db import DatabaseError, models
 
 from audit.events import REASON_MAX
 from inbox.outage import unmendable
@@ -90,17 +90,18 @@ def _guarded(convert: Callable[[str], Any] | None) -> Callable[[str], Any]:
 class ConsoleCommand(BaseCommand):
     """Base of every management command of the project: each argument (Django's own too) is
     refused if it holds a NUL byte or non-UTF-8 bytes, before ``handle`` runs; a database that
-    stays locked past its busy timeout is reported as such (exit 1), not as a traceback."""
+    stays locked past its busy timeout is reported as such (exit 1), not as a traceback, and so
+    is what no wait mends (``inbox.outage``, a pooler that needs ``DATABASE_POOLER`` included)."""
 
     def execute(self, *args: Any, **options: Any) -> Any:
         try:
             return super().execute(*args, **options)
         except DatabaseError as exc:
-            # What no wait mends (an unmigrated schema, refused credentials, a file SQLite
-            # cannot open) says what to do instead of a traceback, from any command.
+            # What no wait mends (an unmigrated schema, refused credentials, a pooler that
+            # needs DATABASE_POOLER) says what to do instead of a traceback, from any command.
             if (fatal := unmendable(exc)) is not None:
                 raise CommandError(str(fatal)) from exc
-            if not isinstance(exc, OperationalError) or not database_busy(exc):
+            if not database_busy(exc):
                 raise
             raise CommandError(
                 f"the database is busy: {exc}. Another process holds the lock this command "
