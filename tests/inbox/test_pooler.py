@@ -219,3 +219,17 @@ def test_explain_pooler_error_real_lost_prepared_statement_explained(settings, p
     assert explained is not None
     assert "prepared statement" in str(explained)
     assert "set DATABASE_POOLER=pgbouncer" in str(explained)
+
+
+@pytest.mark.postgresql
+def test_a_worker_outage_ends_on_a_lost_statement_instead_of_retrying_it(
+    settings, pgbouncer, opened
+):
+    """The worker loop's outage rule: a lost prepared statement is no outage, the same happens
+    on every retry, so the worker stops with the one line naming the setting."""
+    from inbox.outage import Outage
+
+    settings.DATABASE_POOLER = ""
+    error = _django_error(_lost_statement(_url(pgbouncer), opened))
+    with pytest.raises(ConfigurationError, match="set DATABASE_POOLER=pgbouncer"):
+        Outage("w-pooler").failed(error, doing="working")
