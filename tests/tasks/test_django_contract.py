@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -51,6 +52,23 @@ def _drain(scope: str = "default") -> Executor:
     executor = Executor(scope=scope, exit_when_idle=True, poll_seconds=0.05, out=lambda _l: None)
     executor.run()
     return executor
+
+
+def _drain_in_a_thread(scope: str = "default") -> None:
+    """``_drain`` in a thread of its own, as an executor process runs: no event loop there,
+    whatever an earlier test (a browser test's Playwright) left running in this one."""
+    from django.db import connection
+
+    def drain() -> None:
+        try:
+            _drain(scope)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=drain)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
 
 
 def _local_function() -> None:
@@ -277,7 +295,7 @@ def test_successful_task_result_finished_with_value_times_and_worker():
 def test_async_task_runs_to_its_return_value():
     assert task_backends["default"].supports_async_task is True
     result = sample.async_add.enqueue(20, 22)
-    _drain()
+    _drain_in_a_thread()
     assert default_task_backend.get_result(result.id).return_value == 42
 
 
