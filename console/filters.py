@@ -25,6 +25,7 @@ from inbox.selectors import (
     with_ids,
 )
 
+
 def _created(lookup: str, label: str) -> django_filters.DateTimeFilter:
     """One bound of a creation-time range, picked with the browser's date-time input."""
     return django_filters.DateTimeFilter(
