@@ -38,6 +38,7 @@ from ninja.utils import check_csrf
 
 import console.converters  # noqa: F401  (the ``anyid`` route converter)
 from console.policy import api_route, public
+from console.problems import problem
 from core.clock import db_now
 from inbox.errors import IdempotencyConflict, JobValidationError
 from inbox.jobtypes import COMMON_FIELDS, registry
@@ -134,9 +135,14 @@ api = NinjaAPI(
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     message = exc.message if exc.message != "Unauthorized" else "A valid bearer token is needed."
-    response = JsonResponse({"detail": message}, status=401)
+    response = problem(401, message)
     response["WWW-Authenticate"] = 'Bearer realm="api"'
     return response
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return problem(exc.status_code, str(exc))
 
 
 # --- schemas (for the OpenAPI document) ------------------------------------------------------
@@ -162,6 +168,10 @@ class DocumentProblems(Schema):
 
 
 class Problem(Schema):
+    """A JSON problem (application/problem+json): what went wrong, per document if any."""
+
+    title: str
+    status: int
     detail: str
     errors: list[DocumentProblems] = []
 
@@ -254,10 +264,6 @@ def _request_body() -> dict[str, Any]:
 # --- the endpoints -----------------------------------------------------------------------------
 
 
-def _problem(status: int, detail: str, errors: list[dict[str, Any]] | None = None) -> JsonResponse:
-    return JsonResponse({"detail": detail, "errors": errors or []}, status=status)
-
-
 def _read_body(request: HttpRequest, limit: int) -> bytes | None:
     """The body, or None when it is over ``limit`` bytes (read no further than that)."""
     try:
@@ -298,22 +304,22 @@ def _job_url(job_id: str) -> str:
 def post_jobs(request: HttpRequest) -> HttpResponse:
     caller: Caller = request.auth  # type: ignore[attr-defined]
     if caller.via == "session" and not caller.user.has_perm(CREATE_PERMISSION):
-        return _problem(403, f"creating jobs needs the {CREATE_PERMISSION} permission")
+        return problem(403, f"creating jobs needs the {CREATE_PERMISSION} permission")
     body = _read_body(request, settings.API_MAX_BODY_BYTES)
     if body is None:
-        return _problem(413, f"the body is over {settings.API_MAX_BODY_BYTES:,} bytes")
+        return problem(413, f"the body is over {settings.API_MAX_BODY_BYTES:,} bytes")
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-        return _problem(422, f"the body is not valid JSON: {reason}")
+        return problem(422, f"the body is not valid JSON: {reason}")
     single = not isinstance(data, list)
     documents = [data] if single else data
     limit = settings.API_MAX_JOBS_PER_REQUEST
     if len(documents) > limit:
-        return _problem(413, f"{len(documents):,} documents is over the limit of {limit:,}")
+        return problem(413, f"{len(documents):,} documents is over the limit of {limit:,}")
     if not documents:
-        return _problem(422, "the list is empty: send one document or a list of 1 to 1,000")
+        return problem(422, "the list is empty: send one document or a list of 1 to 1,000")
     # The whole answer, Location included, is built inside the transaction: if building it
     # failed, nothing would be stored, so no request can fail after its jobs were committed.
     with transaction.atomic():
@@ -395,10 +401,8 @@ def _refusal(
             }
         )
     if invalid:
-        return _problem(
-            422, f"{len(errors)} document(s) refused; nothing was stored", errors=errors
-        )
-    return _problem(
+        return problem(422, f"{len(errors)} document(s) refused; nothing was stored", errors=errors)
+    return problem(
         409,
         f"{len(errors)} idempotency conflict(s): the same job_id or idempotency_key is "
         "already in use; nothing was stored",
@@ -421,7 +425,7 @@ def get_job(request: HttpRequest, job_id: str) -> HttpResponse:
         jobs = jobs.filter(requested_by=caller.name)
     job = jobs.annotate(now=Now()).first()
     if job is None:
-        return _problem(404, f"no job {job_id!r}")
+        return problem(404, f"no job {job_id!r}")
     return JsonResponse(job_document(job))
 
 
