@@ -37,6 +37,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
 import console.converters  # noqa: F401  (the ``anyid`` route converter)
+from console.apibody import BodyRefused, read_json
 from console.policy import api_route, public
 from console.problems import problem
 from core.clock import db_now
@@ -264,18 +265,6 @@ def _request_body() -> dict[str, Any]:
 # --- the endpoints -----------------------------------------------------------------------------
 
 
-def _read_body(request: HttpRequest, limit: int) -> bytes | None:
-    """The body, or None when it is over ``limit`` bytes (read no further than that)."""
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        return None
-    data = request.read(limit + 1)
-    return None if len(data) > limit else data
-
-
 def _job_url(job_id: str) -> str:
     return reverse("console:api:get_job", kwargs={"job_id": job_id})
 
@@ -305,14 +294,10 @@ def post_jobs(request: HttpRequest) -> HttpResponse:
     caller: Caller = request.auth  # type: ignore[attr-defined]
     if caller.via == "session" and not caller.user.has_perm(CREATE_PERMISSION):
         return problem(403, f"creating jobs needs the {CREATE_PERMISSION} permission")
-    body = _read_body(request, settings.API_MAX_BODY_BYTES)
-    if body is None:
-        return problem(413, f"the body is over {settings.API_MAX_BODY_BYTES:,} bytes")
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-        return problem(422, f"the body is not valid JSON: {reason}")
+        data = read_json(request, limit=settings.API_MAX_BODY_BYTES)
+    except BodyRefused as refused:
+        return problem(refused.status, refused.detail)
     single = not isinstance(data, list)
     documents = [data] if single else data
     limit = settings.API_MAX_JOBS_PER_REQUEST
