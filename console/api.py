@@ -38,11 +38,11 @@ from ninja.utils import check_csrf
 
 import console.converters  # noqa: F401  (the ``anyid`` route converter)
 from console.apibody import BodyRefused, read_json
+from console.openapi import describe
 from console.policy import api_route, public
 from console.problems import problem
 from core.clock import db_now
 from inbox.errors import IdempotencyConflict, JobValidationError
-from inbox.jobtypes import COMMON_FIELDS, registry
 from inbox.models import Job
 from inbox.selectors import job_trail
 from inbox.tokens import producer_for
@@ -118,7 +118,15 @@ class LocalSwagger(Swagger):
         return render(request, self.template, context)
 
 
-api = NinjaAPI(
+class ProducerApi(NinjaAPI):
+    """The API whose OpenAPI document carries the job-document schemas and the problems
+    (``console.openapi``), built when asked for, so it follows the settings of the moment."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        return describe(super().get_openapi_schema(**kwargs))
+
+
+api = ProducerApi(
     title="Job & Run Console — producer API",
     version="1",
     description=(
@@ -209,59 +217,6 @@ class JobOut(Schema):
     trail: list[TrailEvent]
 
 
-def _document_schema() -> dict[str, Any]:
-    """A job document's JSON schema, written from the job-type registry (so it follows
-    ``INBOX_JOB_TYPES``); the inbox's validator stays the judge."""
-    types = registry()
-    described = "; ".join(
-        f"{name}: requires {', '.join(sorted(t.required)) or 'nothing more'}"
-        + (f", optional {', '.join(sorted(t.optional))}" if t.optional else "")
-        for name, t in sorted(types.items())
-    )
-    json_types = {
-        "str": "string",
-        "int": "integer",
-        "bool": "boolean",
-        "list": "array",
-        "dict": "object",
-    }
-    properties: dict[str, Any] = {
-        name: {"type": json_types[kind]} for name, kind in COMMON_FIELDS.items()
-    }
-    properties["job_type"] = {"type": "string", "enum": sorted(types)}
-    for t in types.values():
-        for name, kind in {**t.required, **t.optional}.items():
-            properties.setdefault(name, {"type": json_types[kind]})
-    return {
-        "type": "object",
-        "description": f"A job document, the fields a producer sends for one job. "
-        f"Per type — {described}. "
-        "Unknown fields are refused.",
-        "required": sorted(COMMON_FIELDS),
-        "properties": properties,
-    }
-
-
-def _request_body() -> dict[str, Any]:
-    document = _document_schema()
-    limit = settings.API_MAX_JOBS_PER_REQUEST
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "oneOf": [
-                            document,
-                            {"type": "array", "items": document, "minItems": 1, "maxItems": limit},
-                        ]
-                    }
-                }
-            },
-        }
-    }
-
-
 # --- the endpoints -----------------------------------------------------------------------------
 
 
@@ -280,7 +235,6 @@ def _job_url(job_id: str) -> str:
         413: Problem,
         422: Problem,
     },
-    openapi_extra=_request_body(),
     summary="Put one job or a list of jobs into the inbox",
     tags=["jobs"],
     description=(

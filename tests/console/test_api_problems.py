@@ -128,6 +128,18 @@ def test_the_console_pages_keep_their_html_errors(client: Client) -> None:
     assert client.get(f"/jobs/{job.job_id}%00/")["Content-Type"].startswith("text/html")
 
 
+def test_the_schema_declares_every_error_as_a_problem(client: Client) -> None:
+    spec = client.get("/api/v1/openapi.json").json()
+    for path, methods in spec["paths"].items():
+        for method, operation in methods.items():
+            errors = {s: r for s, r in operation["responses"].items() if int(s) >= 400}
+            assert errors, (path, method)
+            for status, response in errors.items():
+                assert list(response["content"]) == [PROBLEM], (path, method, status)
+    post_statuses = set(spec["paths"][JOBS]["post"]["responses"])
+    assert {"400", "401", "403", "409", "411", "413", "415", "422", "503"} <= post_statuses
+
+
 def test_with_debug_on_errors_are_still_problems_without_the_traceback(
     client: Client, token: str, settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
