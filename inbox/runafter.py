@@ -33,8 +33,9 @@ _RUN_AFTER = re.compile(RUN_AFTER_PATTERN)
 
 
 def parse_run_after(value: str | None) -> dt.datetime | None:
-    """A document's ``run_after`` as an aware datetime (validated first)."""
-    return dt.datetime.fromisoformat(value) if value else None
+    """A document's ``run_after`` (validated first) as an aware datetime in UTC: PostgreSQL
+    refuses a timestamp whose offset is over 15 hours, and an offset may reach 23:59."""
+    return dt.datetime.fromisoformat(value).astimezone(dt.UTC) if value else None
 
 
 def run_after_problems(value: Any) -> list[str]:
