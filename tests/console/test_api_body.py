@@ -7,13 +7,8 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.test import Client
@@ -22,7 +17,7 @@ from inbox.models import Job
 from inbox.tokens import create_token
 from tests.console.apikit import JOBS, post
 from tests.factories import noop_doc
-from tests.support.procdb import ROOT
+from tests.support.webserver import gunicorn
 
 pytestmark = pytest.mark.django_db
 
@@ -167,26 +162,8 @@ def test_a_document_whose_duplicate_key_would_pass_is_still_refused(
 # --- a real server ------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
-            return
-        except (urllib.error.URLError, ConnectionError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def _send_chunked(port: int, token: str, chunks: list[bytes]) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def _send_chunked(url: str, token: str, chunks: list[bytes]) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(urlsplit(url).netloc, timeout=30)
     try:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         conn.request("POST", JOBS, body=iter(chunks), headers=headers, encode_chunked=True)
@@ -199,25 +176,12 @@ def _send_chunked(port: int, token: str, chunks: list[bytes]) -> tuple[int, dict
 @pytest.mark.slow
 def test_gunicorn_reads_a_chunked_body_within_the_limit(proc_db) -> None:
     token = proc_db.manage("create_token", "--producer", "acme").stdout.strip().splitlines()[-1]
-    port = _free_port()
-    env = proc_db.env(DJANGO_DEBUG="0", API_MAX_BODY_BYTES="5000")
-    web = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"127.0.0.1:{port}"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for(port)
+    with gunicorn(proc_db, API_MAX_BODY_BYTES="5000") as url:
         text = json.dumps(noop_doc(job_id="chunked-1")).encode()
-        status, body = _send_chunked(port, token, [text[:10], text[10:50], text[50:]])
+        status, body = _send_chunked(url, token, [text[:10], text[10:50], text[50:]])
         assert (status, body["jobs"][0]["job_id"]) == (201, "chunked-1")
-        status, body = _send_chunked(port, token, [b"[" + b" " * 4000, b" " * 4000 + b"]"])
+        status, body = _send_chunked(url, token, [b"[" + b" " * 4000, b" " * 4000 + b"]"])
         assert (status, body["status"]) == (413, 413)
-        status, body = _send_chunked(port, token, [b'{"a": 1,', b' "a": 2}'])
+        status, body = _send_chunked(url, token, [b'{"a": 1,', b' "a": 2}'])
         assert status == 422 and "'a'" in body["detail"]
-    finally:
-        web.terminate()
-        web.communicate(timeout=30)
     assert proc_db.query("SELECT job_id FROM inbox_job") == [("chunked-1",)]
