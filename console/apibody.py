@@ -71,7 +71,7 @@ def _stream(request: HttpRequest) -> _Readable:
         # Django bounds the stream by Content-Length; under ASGI it holds the whole body.
         return request
     if meta.get("wsgi.input_terminated"):
-        request._read_started = True  # the body is read here, not through request.body
+        # The server de-chunked it and ends the stream at the body's end.
         return meta["wsgi.input"]
     raise BodyRefused(411, "this server cannot read a chunked body: send a Content-Length")
 
