@@ -5,11 +5,13 @@
   ``inbox.transitions.create_jobs(all_or_nothing=True)``: 201 when something was created, 200
   when everything was a safe replay, 422 listing every problem of every refused document, 409
   for an idempotency conflict (in both cases nothing is stored), 413 over the body or list
-  limit, 401 without a valid token.
+  limit, 415 for a body that is not JSON (``console.apibody``), 401 without a valid token.
 - ``GET /api/v1/jobs/<job_id>``: state, result code, lease and trail. A producer sees only the
   jobs it requested (another producer's job is a 404, as if it did not exist).
 - ``/api/v1/openapi.json`` and ``/api/v1/docs`` (Swagger UI served from our own static files)
-  describe it; they hold no data and need no login.
+  describe it (``console.openapi`` completes ninja's document with what the server enforces);
+  they hold no data and need no login.
+- Every error is a JSON problem (``console.problems``).
 
 Who calls: ``Authorization: Bearer <token>`` from ``manage.py create_token`` (the producer's
 name becomes ``requested_by``; no CSRF: a bearer token is not sent by a browser on its own), or
