@@ -93,6 +93,8 @@ MIDDLEWARE.insert(
     "console.middleware.RefuseNulMiddleware",
 )
 MIDDLEWARE.append("console.middleware.ErrorPagesMiddleware")
+# Outermost: every error answer under /api/ leaves as a JSON problem (console/problems.py).
+MIDDLEWARE.insert(0, "console.problems.ApiProblemsMiddleware")
 # --- end of the hardening block ----------------------------------------------------------------
 
 ROOT_URLCONF = "config.urls"

@@ -5,11 +5,13 @@
   ``inbox.transitions.create_jobs(all_or_nothing=True)``: 201 when something was created, 200
   when everything was a safe replay, 422 listing every problem of every refused document, 409
   for an idempotency conflict (in both cases nothing is stored), 413 over the body or list
-  limit, 401 without a valid token.
+  limit, 415 for a body that is not JSON (``console.apibody``), 401 without a valid token.
 - ``GET /api/v1/jobs/<job_id>``: state, result code, lease and trail. A producer sees only the
   jobs it requested (another producer's job is a 404, as if it did not exist).
 - ``/api/v1/openapi.json`` and ``/api/v1/docs`` (Swagger UI served from our own static files)
-  describe it; they hold no data and need no login.
+  describe it (``console.openapi`` completes ninja's document with what the server enforces);
+  they hold no data and need no login.
+- Every error is a JSON problem (``console.problems``).
 
 Who calls: ``Authorization: Bearer <token>`` from ``manage.py create_token`` (the producer's
 name becomes ``requested_by``; no CSRF: a bearer token is not sent by a browser on its own), or
@@ -37,10 +39,12 @@ from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
 import console.converters  # noqa: F401  (the ``anyid`` route converter)
+from console.apibody import BodyRefused, read_json
+from console.openapi import describe
 from console.policy import api_route, public
+from console.problems import problem
 from core.clock import db_now
 from inbox.errors import IdempotencyConflict, JobValidationError
-from inbox.jobtypes import COMMON_FIELDS, registry
 from inbox.models import Job
 from inbox.selectors import job_trail
 from inbox.tokens import producer_for
@@ -116,7 +120,15 @@ class LocalSwagger(Swagger):
         return render(request, self.template, context)
 
 
-api = NinjaAPI(
+class ProducerApi(NinjaAPI):
+    """The API whose OpenAPI document carries the job-document schemas and the problems
+    (``console.openapi``), built when asked for, so it follows the settings of the moment."""
+
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        return describe(super().get_openapi_schema(**kwargs))
+
+
+api = ProducerApi(
     title="Job & Run Console — producer API",
     version="1",
     description=(
@@ -134,9 +146,14 @@ api = NinjaAPI(
 @api.exception_handler(AuthenticationError)
 def _unauthorized(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     message = exc.message if exc.message != "Unauthorized" else "A valid bearer token is needed."
-    response = JsonResponse({"detail": message}, status=401)
+    response = problem(401, message)
     response["WWW-Authenticate"] = 'Bearer realm="api"'
     return response
+
+
+@api.exception_handler(HttpError)
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    return problem(exc.status_code, str(exc))
 
 
 # --- schemas (for the OpenAPI document) ------------------------------------------------------
@@ -162,6 +179,10 @@ class DocumentProblems(Schema):
 
 
 class Problem(Schema):
+    """A JSON problem (application/problem+json): what went wrong, per document if any."""
+
+    title: str
+    status: int
     detail: str
     errors: list[DocumentProblems] = []
 
@@ -198,76 +219,7 @@ class JobOut(Schema):
     trail: list[TrailEvent]
 
 
-def _document_schema() -> dict[str, Any]:
-    """A job document's JSON schema, written from the job-type registry (so it follows
-    ``INBOX_JOB_TYPES``); the inbox's validator stays the judge."""
-    types = registry()
-    described = "; ".join(
-        f"{name}: requires {', '.join(sorted(t.required)) or 'nothing more'}"
-        + (f", optional {', '.join(sorted(t.optional))}" if t.optional else "")
-        for name, t in sorted(types.items())
-    )
-    json_types = {
-        "str": "string",
-        "int": "integer",
-        "bool": "boolean",
-        "list": "array",
-        "dict": "object",
-    }
-    properties: dict[str, Any] = {
-        name: {"type": json_types[kind]} for name, kind in COMMON_FIELDS.items()
-    }
-    properties["job_type"] = {"type": "string", "enum": sorted(types)}
-    for t in types.values():
-        for name, kind in {**t.required, **t.optional}.items():
-            properties.setdefault(name, {"type": json_types[kind]})
-    return {
-        "type": "object",
-        "description": f"A job document, the fields a producer sends for one job. "
-        f"Per type — {described}. "
-        "Unknown fields are refused.",
-        "required": sorted(COMMON_FIELDS),
-        "properties": properties,
-    }
-
-
-def _request_body() -> dict[str, Any]:
-    document = _document_schema()
-    limit = settings.API_MAX_JOBS_PER_REQUEST
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "oneOf": [
-                            document,
-                            {"type": "array", "items": document, "minItems": 1, "maxItems": limit},
-                        ]
-                    }
-                }
-            },
-        }
-    }
-
-
 # --- the endpoints -----------------------------------------------------------------------------
-
-
-def _problem(status: int, detail: str, errors: list[dict[str, Any]] | None = None) -> JsonResponse:
-    return JsonResponse({"detail": detail, "errors": errors or []}, status=status)
-
-
-def _read_body(request: HttpRequest, limit: int) -> bytes | None:
-    """The body, or None when it is over ``limit`` bytes (read no further than that)."""
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        return None
-    data = request.read(limit + 1)
-    return None if len(data) > limit else data
 
 
 def _job_url(job_id: str) -> str:
@@ -285,7 +237,6 @@ def _job_url(job_id: str) -> str:
         413: Problem,
         422: Problem,
     },
-    openapi_extra=_request_body(),
     summary="Put one job or a list of jobs into the inbox",
     tags=["jobs"],
     description=(
@@ -298,22 +249,18 @@ def _job_url(job_id: str) -> str:
 def post_jobs(request: HttpRequest) -> HttpResponse:
     caller: Caller = request.auth  # type: ignore[attr-defined]
     if caller.via == "session" and not caller.user.has_perm(CREATE_PERMISSION):
-        return _problem(403, f"creating jobs needs the {CREATE_PERMISSION} permission")
-    body = _read_body(request, settings.API_MAX_BODY_BYTES)
-    if body is None:
-        return _problem(413, f"the body is over {settings.API_MAX_BODY_BYTES:,} bytes")
+        return problem(403, f"creating jobs needs the {CREATE_PERMISSION} permission")
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
-        return _problem(422, f"the body is not valid JSON: {reason}")
+        data = read_json(request, limit=settings.API_MAX_BODY_BYTES)
+    except BodyRefused as refused:
+        return problem(refused.status, refused.detail)
     single = not isinstance(data, list)
     documents = [data] if single else data
     limit = settings.API_MAX_JOBS_PER_REQUEST
     if len(documents) > limit:
-        return _problem(413, f"{len(documents):,} documents is over the limit of {limit:,}")
+        return problem(413, f"{len(documents):,} documents is over the limit of {limit:,}")
     if not documents:
-        return _problem(422, "the list is empty: send one document or a list of 1 to 1,000")
+        return problem(422, "the list is empty: send one document or a list of 1 to 1,000")
     # The whole answer, Location included, is built inside the transaction: if building it
     # failed, nothing would be stored, so no request can fail after its jobs were committed.
     with transaction.atomic():
@@ -395,10 +342,8 @@ def _refusal(
             }
         )
     if invalid:
-        return _problem(
-            422, f"{len(errors)} document(s) refused; nothing was stored", errors=errors
-        )
-    return _problem(
+        return problem(422, f"{len(errors)} document(s) refused; nothing was stored", errors=errors)
+    return problem(
         409,
         f"{len(errors)} idempotency conflict(s): the same job_id or idempotency_key is "
         "already in use; nothing was stored",
@@ -421,7 +366,7 @@ def get_job(request: HttpRequest, job_id: str) -> HttpResponse:
         jobs = jobs.filter(requested_by=caller.name)
     job = jobs.annotate(now=Now()).first()
     if job is None:
-        return _problem(404, f"no job {job_id!r}")
+        return problem(404, f"no job {job_id!r}")
     return JsonResponse(job_document(job))
 
 

@@ -10,8 +10,9 @@
   again" with ``Retry-After``, never a 500. Anything else is left to Django (the debug page in
   DEBUG, ``handler500`` in production).
 
-``error_response`` renders every error page, and the ``handler*`` views in ``config.urls`` use
-it, so a page looks the same whichever way it was reached. 500, 503 and refused requests render
+``error_response`` renders every error page (a JSON problem under ``/api/``), and the
+``handler*`` views in ``config.urls`` use it, so a page looks the same whichever way it was
+reached. 500, 503 and refused requests render
 without the request's context: they must not need the database (or the session) that failed.
 
 """
@@ -29,6 +30,8 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.http.multipartparser import MultiPartParserError
 from django.template import loader
 from django.views.decorators.csrf import requires_csrf_token
+
+from console.problems import DETAILS, is_api, problem
 
 log = logging.getLogger("console.errors")
 
@@ -63,8 +66,11 @@ def error_response(
     """The styled page (or, inside an htmx region, a one-line fragment) for ``status``.
 
     htmx swaps 400, 403 and 409 bodies into the region that asked (see base.html), so those get
-    the fragment; other statuses are not swapped and get the page.
+    the fragment; other statuses are not swapped and get the page. Under ``/api/`` it is a JSON
+    problem instead (``console.problems``).
     """
+    if is_api(request):
+        return problem(status, message or DETAILS.get(status, HEADINGS.get(status, "")))
     if request is not None and _is_htmx(request) and status in (400, 403, 409):
         body = loader.render_to_string(
             "errors/fragment.html", {"heading": HEADINGS.get(status, ""), "message": message}

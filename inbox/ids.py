@@ -16,6 +16,9 @@ as their last part and ``reverse()`` quotes it.
 
 ``ID_PATTERN`` says the same in a regular expression that both Python and the OpenAPI schema's
 JSON Schema read alike; ``id_problems`` gives the reasons in words.
+
+``WHITESPACE`` is what "blank" means for every text field (``str.isspace``), written as a
+regular-expression class so the schema's patterns say the same as the validator's ``strip()``.
 """
 
 from __future__ import annotations
@@ -24,13 +27,17 @@ import re
 
 MAX_ID_LENGTH = 200
 
+# Every character ``str.isspace`` calls whitespace (the validator's "blank"), as a class body:
+# spelled out because ``\s`` is another set in JSON Schema (ECMA 262) than in Python.
+WHITESPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
 # The characters an id may not hold (NUL is refused, with its own message, for all text).
 _CONTROL = r"\x01-\x1f\x7f-\x9f\u2028\u2029"
 _BIDI = r"\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _REFUSED = re.compile(f"[{_CONTROL}{_BIDI}]")
 _DOT_SEGMENT = r"\.\.?(?:/|$)"
 ID_PATTERN = (
-    rf"^(?!{_DOT_SEGMENT})(?!.*/{_DOT_SEGMENT})(?=.*\S)"
+    rf"^(?!{_DOT_SEGMENT})(?!.*/{_DOT_SEGMENT})(?=.*[^{WHITESPACE}])"
     rf"[^\x00{_CONTROL}{_BIDI}]{{1,{MAX_ID_LENGTH}}}$"
 )
 

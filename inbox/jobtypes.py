@@ -17,7 +17,6 @@ settings (``INBOX_JOB_TYPES``) without touching this module::
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import hashlib
 import math
@@ -57,15 +56,25 @@ from inbox.ids import id_problems
 from inbox.retries import RetryPolicy as RetryPolicy
 from inbox.retries import asdict_of as asdict_of
 from inbox.retries import retry_delay as retry_delay
+from inbox.runafter import parse_run_after as parse_run_after
+from inbox.runafter import run_after_problems
 
 SUPPORTED_JOB_VERSIONS = frozenset({1})
 MAX_VAULT_PATH = 1024
 # The longest file or directory name the usual filesystems hold (NAME_MAX), in UTF-8 bytes.
 MAX_VAULT_COMPONENT_BYTES = 255
+# Matched with ``fullmatch`` wherever they are used: Python's "$" also accepts a final newline,
+# JSON Schema's (the API's schema says the same patterns) does not.
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # The longest text a field may hold, in characters (the columns' widths).
 # (``job_id``'s is part of the id rule, ``inbox.ids``.)
-TEXT_LIMITS = {"mission_id": 200, "object_id": 500, "idempotency_key": 255}
+# ``delete_request_id``'s is the approval's column (an approval copies it).
+TEXT_LIMITS = {
+    "mission_id": 200,
+    "object_id": 500,
+    "idempotency_key": 255,
+    "delete_request_id": 200,
+}
 
 # Field type names used by schemas (settings use the names, not Python types).
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -170,7 +179,7 @@ def _check_save(doc: dict[str, Any]) -> list[str]:
         if size > limit:
             problems.append(f"content: {size} bytes is over the limit of {limit} bytes")
         declared = doc.get("provenance_hash")
-        if isinstance(declared, str) and SHA256_RE.match(declared):
+        if isinstance(declared, str) and SHA256_RE.fullmatch(declared):
             if declared != sha256_hex(content):
                 problems.append("provenance_hash: does not equal sha256 of content")
     return problems
@@ -180,7 +189,7 @@ def _check_hashes(doc: dict[str, Any]) -> list[str]:
     problems = []
     for name in ("provenance_hash", "expected_provenance_hash"):
         value = doc.get(name)
-        if isinstance(value, str) and not SHA256_RE.match(value):
+        if isinstance(value, str) and not SHA256_RE.fullmatch(value):
             problems.append(f"{name}: must be 64 lowercase hex characters (sha256)")
     return problems
 
@@ -192,7 +201,8 @@ TASK_NON_IDEMPOTENT = "TASK_NON_IDEMPOTENT"
 TASK_TYPES = frozenset({TASK, TASK_NON_IDEMPOTENT})
 # A queue name is an executor scope: a column of 32 characters and a command-line argument.
 QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
-TASK_PATH_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+# ASCII names: ``\w`` is Unicode in Python and ASCII in JSON Schema.
+TASK_PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _TASK_FIELDS = {"task_path": "str", "args": "list", "kwargs": "dict", "queue_name": "str"}
 _INBOX_BACKEND = "inbox.tasks.InboxTaskBackend"
 
@@ -259,7 +269,7 @@ def _check_task(doc: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     path = doc.get("task_path")
     if isinstance(path, str) and path:
-        if len(path) > 500 or not TASK_PATH_RE.match(path):
+        if len(path) > 500 or not TASK_PATH_RE.fullmatch(path):
             problems.append("task_path: must be a dotted path to a task (module.function)")
         elif doc.get("object_id") != path:
             # object_id is sealed: holding the path there seals which function runs.
@@ -270,7 +280,7 @@ def _check_task(doc: dict[str, Any]) -> list[str]:
         if queue not in known:
             listed = ", ".join(sorted(known)) or "none: add InboxTaskBackend to TASKS"
             problems.append(f"queue_name: {queue!r} is not a queue of the task backend ({listed})")
-        elif not QUEUE_NAME_RE.match(queue):
+        elif not QUEUE_NAME_RE.fullmatch(queue):
             problems.append(f"queue_name: {queue!r} is not a valid scope name")
     for name in ("args", "kwargs"):
         if isinstance(doc.get(name), list | dict):
@@ -393,27 +403,6 @@ def scopes() -> list[str]:
     return sorted(fixed | task_queues())
 
 
-def parse_run_after(value: str | None) -> dt.datetime | None:
-    """A document's ``run_after`` as an aware datetime (validated first)."""
-    return dt.datetime.fromisoformat(value) if value else None
-
-
-def _run_after_problems(value: Any) -> list[str]:
-    if not isinstance(value, str):
-        return []  # the type check reports it
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return [f"run_after: {value!r} is not an ISO 8601 date and time"]
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        return [f"run_after: {value!r} has no time zone (add Z or an offset such as +02:00)"]
-    try:
-        parsed.astimezone(dt.UTC)
-    except OverflowError:
-        return [f"run_after: {value!r} is out of range in UTC"]
-    return []
-
-
 def check_vault_path(value: str) -> list[str]:
     """Problems with a vault path as text; resolution inside the root is the vault's check."""
     problems = []
@@ -492,12 +481,30 @@ def validate_job_document(data: Any) -> tuple[JobType, dict[str, Any]]:
         else:
             known = ", ".join(sorted(registry()))
             problems.append(f"job_type: {type_name!r} is not a known job type ({known})")
+    data = _whole_numbers(data, job_type)
     problems += _field_problems(data, job_type)
     problems += _value_problems(data, job_type)
     if problems:
         raise JobValidationError(problems)
     assert job_type is not None
     return job_type, dict(data)
+
+
+def _whole(value: Any) -> bool:
+    return type(value) is float and value.is_integer()
+
+
+def _whole_numbers(data: dict[str, Any], job_type: JobType | None) -> dict[str, Any]:
+    """``data`` with ``1.0`` as ``1`` wherever a whole number is expected: JSON has one kind of
+    number (JSON Schema's "integer" is any number without a fraction), so a client may write
+    either; the stored document holds the whole number, and both replay alike."""
+    fields = {**COMMON_FIELDS, **(job_type.required if job_type else {})}
+    fields.update(job_type.optional if job_type else {})
+    whole = {n: int(data[n]) for n, t in fields.items() if t == "int" and _whole(data.get(n))}
+    retry = data.get("retry")
+    if isinstance(retry, dict) and _whole(retry.get("retries")):
+        whole["retry"] = {**retry, "retries": int(retry["retries"])}
+    return {**data, **whole} if whole else data
 
 
 def _field_problems(data: dict[str, Any], job_type: JobType | None) -> list[str]:
@@ -533,7 +540,7 @@ def _value_problems(data: dict[str, Any], job_type: JobType | None) -> list[str]
     """What is wrong with the values themselves: text, ids, version, path, lengths, type rules."""
     problems: list[str] = []
     if "run_after" in data:
-        problems.extend(_run_after_problems(data["run_after"]))
+        problems.extend(run_after_problems(data["run_after"]))
     for name, value in data.items():
         # ASCII text without NUL has no problem to find (``isascii`` is a flag read).
         if isinstance(value, str) and not (value.isascii() and "\x00" not in value):

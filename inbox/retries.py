@@ -12,6 +12,14 @@ if TYPE_CHECKING:
     from inbox.jobtypes import JobType
 
 
+# The bounds of a policy's values, in one place for the validator and the API's schema:
+# retries (a whole number), backoff and cap (seconds), jitter (a share of the delay).
+RETRIES_RANGE = (1, 100)
+SECONDS_RANGES = {"backoff": (0.001, 86400.0), "cap": (0.001, 7 * 86400.0)}
+JITTER_RANGE = (0.0, 1.0)
+DEFAULTS = {"backoff": 1.0, "cap": 300.0, "jitter": 0.5}
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Retries of a failed idempotent job: exponential backoff with jitter, capped.
@@ -38,11 +46,12 @@ class RetryPolicy:
         """What is wrong with a policy as a document carries it (``retry``)."""
         out = [f"retry.{k}: unknown field" for k in sorted(set(data) - set(RetryPolicy.KEYS))]
         retries = data.get("retries")
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 1 <= retries <= 100:
-            out.append("retry.retries: must be a whole number from 1 to 100")
+        low, high = RETRIES_RANGE
+        if isinstance(retries, bool) or not isinstance(retries, int) or not low <= retries <= high:
+            out.append(f"retry.retries: must be a whole number from {low} to {high}")
         numbers = {}
-        for key, low, high in (("backoff", 0.001, 86400.0), ("cap", 0.001, 7 * 86400.0)):
-            value = data.get(key, 1.0 if key == "backoff" else 300.0)
+        for key, (low, high) in SECONDS_RANGES.items():
+            value = data.get(key, DEFAULTS[key])
             if isinstance(value, bool) or not isinstance(value, int | float):
                 out.append(f"retry.{key}: must be a number of seconds")
             elif not (math.isfinite(value) and low <= value <= high):
@@ -51,10 +60,11 @@ class RetryPolicy:
                 numbers[key] = value
         if len(numbers) == 2 and numbers["cap"] < numbers["backoff"]:
             out.append("retry.cap: must not be shorter than retry.backoff")
-        jitter = data.get("jitter", 0.5)
+        jitter = data.get("jitter", DEFAULTS["jitter"])
         number = isinstance(jitter, int | float) and not isinstance(jitter, bool)
-        if not (number and 0 <= jitter <= 1):
-            out.append("retry.jitter: must be a number from 0 to 1")
+        low, high = JITTER_RANGE
+        if not (number and low <= jitter <= high):
+            out.append(f"retry.jitter: must be a number from {low:g} to {high:g}")
         return out
 
     @classmethod

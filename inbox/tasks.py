@@ -264,7 +264,7 @@ class InboxTaskBackend(BaseTaskBackend):
                 id="inbox.E021",
             )
             for queue in sorted(map(str, self.queues))
-            if not QUEUE_NAME_RE.match(queue)
+            if not QUEUE_NAME_RE.fullmatch(queue)
         ]
 
 

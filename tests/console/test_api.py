@@ -295,7 +295,9 @@ def test_openapi_document_describes_both_endpoints_and_bearer_auth(client: Clien
     assert {"200", "201", "401", "409", "413", "422"} <= set(post_op["responses"])
     body = post_op["requestBody"]["content"]["application/json"]["schema"]["oneOf"]
     assert body[1]["maxItems"] == 1000
-    assert "SAVE_OBJECT" in body[0]["properties"]["job_type"]["enum"]
+    assert body[0] == {"$ref": "#/components/schemas/JobDocument"}
+    mapping = spec["components"]["schemas"]["JobDocument"]["discriminator"]["mapping"]
+    assert {"SAVE_OBJECT", "DELETE_OBJECT", "NOOP", "TASK"} <= set(mapping)
     schemes = spec["components"]["securitySchemes"]
     assert any(s.get("scheme") == "bearer" for s in schemes.values())
 

@@ -95,8 +95,8 @@ def test_api_get_of_a_refused_id_is_a_json_404(client: Client, token: str, job_i
     url = reverse("console:api:get_job", kwargs={"job_id": job_id})
     response = client.get(url, headers={"Authorization": f"Bearer {token}"})
     assert response.status_code == 404
-    assert response["Content-Type"] == "application/json"
-    assert "detail" in response.json()
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["status"] == 404
 
 
 def test_the_schema_pattern_says_the_same_as_the_rule() -> None:

@@ -28,6 +28,14 @@ def test_create_job_with_run_after_stores_it_in_the_column(make_doc):
     assert Job.objects.get(job_id=job.job_id).run_after == AT
 
 
+@pytest.mark.parametrize("value", ["2030-06-02T08:00:00+23:30", "2030-05-31T09:00:00-23:30:00"])
+def test_create_job_with_a_far_offset_stores_the_same_instant(value):
+    # PostgreSQL refuses an offset over 15 hours; the instant is stored in UTC.
+    job, _created = transitions.create_job(noop_doc(run_after=value), requested_by=PRODUCER)
+    stored = Job.objects.get(job_id=job.job_id).run_after
+    assert stored == dt.datetime.fromisoformat(value) == AT
+
+
 def test_run_after_is_not_part_of_the_fingerprint():
     uid = "same-1"
     plain = transitions.build_job(noop_doc(uid=uid), requested_by=PRODUCER)[0]

@@ -41,7 +41,8 @@ BAD: dict[str, tuple[Callable[[], Any], str]] = {
     "missing type-specific field": (_without("content"), "content: missing"),
     "str for int": (lambda: save_doc(job_version="1"), "job_version: must be int, got str"),
     "bool for int": (lambda: save_doc(job_version=True), "job_version: must be int, got boolean"),
-    "float for int": (lambda: save_doc(job_version=1.0), "job_version: must be int, got float"),
+    # (1.0 is the whole number 1: JSON, and JSON Schema's "integer", have one kind of number.)
+    "float for int": (lambda: save_doc(job_version=1.5), "job_version: must be int, got float"),
     "int for str": (lambda: save_doc(object_id=17), "object_id: must be str, got int"),
     "list for str": (lambda: save_doc(mission_id=["m"]), "mission_id: must be str, got list"),
     "blank str": (lambda: save_doc(mission_id="  "), "mission_id: must not be empty"),
@@ -106,6 +107,13 @@ def test_create_job_bad_document_is_refused_and_stores_nothing(case):
         create_job(make(), requested_by=PRODUCER)
     assert any(fragment in problem for problem in info.value.problems), info.value.problems
     _nothing_stored()
+
+
+def test_create_job_whole_number_written_with_a_fraction_is_stored_whole():
+    job, _created = create_job(save_doc(job_version=1.0), requested_by=PRODUCER)
+    stored = Job.objects.get(job_id=job.job_id)
+    assert (stored.job_version, stored.payload["job_version"]) == (1, 1)
+    assert type(stored.payload["job_version"]) is int
 
 
 def test_create_job_content_at_limit_is_accepted():
