@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 from django.http import HttpRequest
 
+from core import jsondoc
+
 JSON_TYPE = "application/json"
 _CHUNK = 64 * 1024
 
@@ -34,21 +36,6 @@ class BodyRefused(Exception):
 
 class _Readable(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
-
-
-class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _DuplicateKey(key)
-        obj[key] = value
-    return obj
 
 
 def check_content_type(request: HttpRequest) -> None:
@@ -101,11 +88,9 @@ def read_body(request: HttpRequest, limit: int) -> bytes:
 def parse_json(body: bytes) -> Any:
     """The JSON document in ``body``; 422 when it is not JSON or repeats a key in an object."""
     try:
-        return json.loads(body, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
-        raise BodyRefused(
-            422, f"the body is not valid JSON: the key {exc.key!r} appears twice in one object"
-        ) from None
+        return jsondoc.loads(body)
+    except jsondoc.DuplicateKey as exc:
+        raise BodyRefused(422, f"the body is not valid JSON: {exc}") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
         raise BodyRefused(422, f"the body is not valid JSON: {reason}") from None

@@ -38,3 +38,17 @@ def test_enqueue_overlong_integer_line_is_refused_and_the_rest_stored(proc_db):
     assert "at most 255" in refusals[2]
     stored = {job_id for (job_id,) in proc_db.query("SELECT job_id FROM inbox_job")}
     assert stored == {first["job_id"], last["job_id"]}
+
+
+def test_enqueue_line_with_a_key_twice_is_refused_naming_it_and_the_rest_stored(proc_db):
+    first, last = save_doc(), save_doc()
+    twice = json.dumps(save_doc())[:-1] + ', "vault_path": "notes/other.md"}'
+    lines = [json.dumps(first), twice, json.dumps(last)]
+    proc = proc_db.manage("enqueue", "-", check=False, input="\n".join(lines) + "\n")
+    assert proc.returncode == 1
+    assert proc.stdout.strip() == "created 2, replayed 0, refused 1"
+    assert proc.stderr.strip() == (
+        "line 2: refused: not valid JSON: the key 'vault_path' appears twice in one object"
+    )
+    stored = {job_id for (job_id,) in proc_db.query("SELECT job_id FROM inbox_job")}
+    assert stored == {first["job_id"], last["job_id"]}

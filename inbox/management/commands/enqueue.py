@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from core import jsondoc
 from inbox.errors import JobValidationError
 from inbox.management.commands._common import ConsoleCommand, column
 from inbox.models import Job
@@ -73,7 +74,9 @@ class Command(ConsoleCommand):
         if not line.strip():
             return None
         try:
-            return json.loads(line)
+            return jsondoc.loads(line)
+        except jsondoc.DuplicateKey as exc:
+            self.refusals.append((lineno, [f"not valid JSON: {exc}"]))
         except json.JSONDecodeError as exc:
             self.refusals.append((lineno, [f"not valid JSON: {exc.msg} at column {exc.colno}"]))
         except RecursionError:
