@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from tests.support.pgbouncer import through_pooler
 from tests.support.procdb import ProcDB
 
 pytestmark = pytest.mark.postgresql
@@ -24,10 +24,7 @@ FIX = "set DATABASE_POOLER=pgbouncer"
 @pytest.fixture
 def unset_bouncer_db(proc_db: ProcDB, pgbouncer: int) -> ProcDB:
     """``proc_db`` through PgBouncer, as ``bouncer_db`` builds it, but with no DATABASE_POOLER."""
-    parts = urlsplit(proc_db.url)
-    netloc = f"{parts.username or 'postgres'}@127.0.0.1:{pgbouncer}"
-    url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return ProcDB(url, "postgresql", Path(proc_db.workdir), {"DATABASE_POOLER": ""})
+    return through_pooler(proc_db, pgbouncer, setting="")
 
 
 @pytest.fixture

@@ -119,10 +119,7 @@ class Bouncer:
 
     def url_for(self, db: ProcDB) -> ProcDB:
         """``db``, reached through this PgBouncer, its processes told so."""
-        parts = urlsplit(db.url)
-        netloc = f"{parts.username or 'postgres'}@127.0.0.1:{self.port}"
-        url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-        return ProcDB(url, "postgresql", Path(db.workdir), {"DATABASE_POOLER": "pgbouncer"})
+        return through_pooler(db, self.port)
 
 
 @pytest.fixture(scope="session")
@@ -146,7 +143,13 @@ def own_bouncer() -> Iterator[Bouncer]:
 @pytest.fixture
 def bouncer_db(proc_db: ProcDB, pgbouncer: int) -> ProcDB:
     """``proc_db``, reached through PgBouncer in transaction-pooling mode."""
-    parts = urlsplit(proc_db.url)
-    netloc = f"{parts.username or 'postgres'}@127.0.0.1:{pgbouncer}"
+    return through_pooler(proc_db, pgbouncer)
+
+
+def through_pooler(db: ProcDB, port: int, *, setting: str = "pgbouncer") -> ProcDB:
+    """``db`` reached through the PgBouncer on ``port``; its processes get
+    ``DATABASE_POOLER=setting`` (empty: the misconfiguration the pooler check catches)."""
+    parts = urlsplit(db.url)
+    netloc = f"{parts.username or 'postgres'}@127.0.0.1:{port}"
     url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return ProcDB(url, "postgresql", Path(proc_db.workdir), {"DATABASE_POOLER": "pgbouncer"})
+    return ProcDB(url, "postgresql", Path(db.workdir), {"DATABASE_POOLER": setting})

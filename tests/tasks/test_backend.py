@@ -9,35 +9,22 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 
 from audit.models import AuditEvent, EventType
 from inbox import reconcile, transitions
-from inbox.executor import Executor
 from inbox.jobtypes import TASK, TASK_NON_IDEMPOTENT, scopes
 from inbox.models import Job, JobState
 from inbox.tasks import InboxTaskBackend, TaskArgumentsNotJSON
 from tests.factories import OPERATOR, make_job
 from tests.tasks import sample
-from tests.tasks.support import unknown_task
+from tests.tasks.support import drain, drain_in_a_thread, unknown_task
 
 S = JobState
-
-
-def _drain(scope: str = "default") -> None:
-    Executor(scope=scope, exit_when_idle=True, poll_seconds=0.05, out=lambda _line: None).run()
-
-
-def _drain_and_close() -> None:
-    try:
-        _drain()
-    finally:
-        connection.close()  # this thread's own connection
 
 
 def _events(job_id: str) -> list[str]:
@@ -179,7 +166,7 @@ def test_enqueue_inside_a_rolled_back_transaction_leaves_no_job():
 @pytest.mark.django_db(transaction=True)
 def test_sync_task_enqueue_run_result_successful_with_return_value():
     result = sample.add.enqueue(2, 3)
-    _drain()
+    drain()
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL
     assert result.is_finished
@@ -195,11 +182,7 @@ def test_sync_task_enqueue_run_result_successful_with_return_value():
 @pytest.mark.django_db(transaction=True)
 def test_async_task_runs_and_returns():
     result = sample.async_add.enqueue(4, 5)
-    # Off the main thread, as in a worker process: Playwright's browser tests leave an event
-    # loop running in this one, and async_to_sync refuses to run beside it.
-    worker = threading.Thread(target=_drain_and_close)
-    worker.start()
-    worker.join(timeout=120)
+    drain_in_a_thread()
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, 9)
 
@@ -207,14 +190,14 @@ def test_async_task_runs_and_returns():
 @pytest.mark.django_db(transaction=True)
 def test_task_taking_context_sees_its_attempt():
     result = sample.attempt_number.enqueue()
-    _drain()
+    drain()
     assert default_task_backend.get_result(result.id).return_value == 1
 
 
 @pytest.mark.django_db(transaction=True)
 def test_raising_task_failed_with_exception_class_and_message_kept():
     result = sample.boom.enqueue("card declined")
-    _drain()
+    drain()
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.is_finished
@@ -232,7 +215,7 @@ def test_raising_task_failed_with_exception_class_and_message_kept():
 @pytest.mark.django_db(transaction=True)
 def test_task_returning_non_json_fails_like_djangos_backends():
     result = sample.not_json.enqueue()
-    _drain()
+    drain()
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[0].exception_class is TypeError
@@ -292,7 +275,7 @@ def test_deferred_task_not_claimed_before_its_time_and_claimed_after():
 @pytest.mark.django_db(transaction=True)
 def test_deferred_task_left_alone_by_a_running_executor():
     result = sample.add.using(run_after=transitions.db_now() + dt.timedelta(hours=1)).enqueue(1, 2)
-    _drain()
+    drain()
     assert Job.objects.get(job_id=result.id).state == S.READY
     assert default_task_backend.get_result(result.id).status == TaskResultStatus.READY
 
@@ -303,7 +286,7 @@ def test_deferred_task_left_alone_by_a_running_executor():
 @pytest.mark.django_db(transaction=True)
 def test_non_idempotent_task_runs_once_and_succeeds():
     result = sample.charge.enqueue("o-7")
-    _drain()
+    drain()
     result.refresh()
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "charged o-7")
 
@@ -311,7 +294,7 @@ def test_non_idempotent_task_runs_once_and_succeeds():
 @pytest.mark.django_db(transaction=True)
 def test_non_idempotent_task_that_raises_parked_unknown_until_an_operator_decides():
     result = sample.charge_fails.enqueue("o-8")
-    _drain()
+    drain()
     job = Job.objects.get(job_id=result.id)
     assert job.state == S.OUTCOME_UNKNOWN
     result.refresh()
@@ -319,7 +302,7 @@ def test_non_idempotent_task_that_raises_parked_unknown_until_an_operator_decide
     assert result.status == TaskResultStatus.RUNNING
     assert not result.is_finished
     assert result.errors[0].exception_class is sample.PaymentDeclined
-    _drain()  # nothing runs it again
+    drain()  # nothing runs it again
     assert _events(job.job_id).count(EventType.STARTED) == 1
 
     reconcile.decide_unprobed(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -38,37 +37,13 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils import timezone
 
 from inbox import transitions
-from inbox.executor import Executor
 from inbox.models import Job
 from inbox.tasks import InboxTaskBackend
 from tests.tasks import sample
+from tests.tasks.support import drain, drain_in_a_thread
 
 R = TaskResultStatus
 OURS = "inbox.tasks.InboxTaskBackend"
-
-
-def _drain(scope: str = "default") -> Executor:
-    """Run an executor on ``scope`` until nothing is left to claim; the executor."""
-    executor = Executor(scope=scope, exit_when_idle=True, poll_seconds=0.05, out=lambda _l: None)
-    executor.run()
-    return executor
-
-
-def _drain_in_a_thread(scope: str = "default") -> None:
-    """``_drain`` in a thread of its own, as an executor process runs: no event loop there,
-    whatever an earlier test (a browser test's Playwright) left running in this one."""
-    from django.db import connection
-
-    def drain() -> None:
-        try:
-            _drain(scope)
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=drain)
-    worker.start()
-    worker.join(timeout=60)
-    assert not worker.is_alive()
 
 
 def _local_function() -> None:
@@ -189,7 +164,7 @@ def test_immediate_backend_runs_at_enqueue_where_ours_waits_for_an_executor(sett
     assert later.status == R.READY
     with pytest.raises(ValueError, match="not finished yet"):
         later.return_value  # noqa: B018
-    _drain()
+    drain()
     later.refresh()
     assert (later.status, later.return_value) == (R.SUCCESSFUL, 5)
 
@@ -264,7 +239,7 @@ def test_result_of_a_task_that_no_longer_imports_raises_invalid_task():
     gone = "tests.tasks.sample.renamed_away"
     doc.update(task_path=gone, object_id=gone)
     job = transitions.create_jobs([doc], requested_by="tasks:default").created[0]
-    _drain()
+    drain()
     assert Job.objects.get(job_id=job.job_id).result_code == "TASK_NOT_FOUND"
     with pytest.raises(InvalidTask, match="does not import"):
         default_task_backend.get_result(job.job_id)
@@ -282,7 +257,7 @@ def test_empty_queues_an_error_here_not_any_queue():
 @pytest.mark.django_db(transaction=True)
 def test_successful_task_result_finished_with_value_times_and_worker():
     result = sample.add.enqueue(2, 3)
-    executor = _drain()
+    executor = drain()
     result.refresh()  # in place, as Django documents
     assert (result.status, result.is_finished, result.return_value) == (R.SUCCESSFUL, True, 5)
     assert result.worker_ids == [executor.worker_id] and result.attempts == 1
@@ -295,7 +270,7 @@ def test_successful_task_result_finished_with_value_times_and_worker():
 def test_async_task_runs_to_its_return_value():
     assert task_backends["default"].supports_async_task is True
     result = sample.async_add.enqueue(20, 22)
-    _drain_in_a_thread()
+    drain_in_a_thread()
     assert default_task_backend.get_result(result.id).return_value == 42
 
 
@@ -303,7 +278,7 @@ def test_async_task_runs_to_its_return_value():
 def test_status_reads_running_while_the_task_runs():
     result = sample.status_while_running.enqueue()
     assert result.status == R.READY
-    _drain()
+    drain()
     result.refresh()
     assert (result.status, result.return_value) == (R.SUCCESSFUL, "RUNNING")
 
@@ -311,7 +286,7 @@ def test_status_reads_running_while_the_task_runs():
 @pytest.mark.django_db(transaction=True)
 def test_failed_task_records_exception_class_path_and_traceback():
     result = sample.boom.enqueue("card declined")
-    _drain()
+    drain()
     result.refresh()
     assert (result.status, result.is_finished) == (R.FAILED, True)
     with pytest.raises(ValueError, match="Task failed"):
@@ -327,7 +302,7 @@ def test_failed_task_records_exception_class_path_and_traceback():
 @pytest.mark.django_db(transaction=True)
 def test_return_value_not_json_fails_the_task_with_type_error():
     result = sample.not_json.enqueue()
-    _drain()
+    drain()
     result.refresh()
     assert result.status == R.FAILED
     assert result.errors[0].exception_class is TypeError
@@ -338,7 +313,7 @@ def test_return_value_not_json_fails_the_task_with_type_error():
 def test_system_exit_inside_a_task_is_that_tasks_failure():
     failing = sample.raises_system_exit.enqueue(3)
     after = sample.add.enqueue(1, 1)
-    _drain()
+    drain()
     assert default_task_backend.get_result(failing.id).errors[0].exception_class is SystemExit
     assert default_task_backend.get_result(after.id).return_value == 2
 
@@ -346,7 +321,7 @@ def test_system_exit_inside_a_task_is_that_tasks_failure():
 @pytest.mark.django_db(transaction=True)
 def test_non_idempotent_task_that_raises_reads_running_not_failed():
     result = sample.charge_fails.enqueue("o-contract")
-    _drain()
+    drain()
     result.refresh()
     # Not known whether it charged: not finished, so nobody enqueues it again unawares.
     assert (result.status, result.is_finished) == (R.RUNNING, False)
@@ -360,7 +335,7 @@ def test_non_idempotent_task_that_raises_reads_running_not_failed():
 def test_context_names_the_running_result_and_its_first_attempt():
     own = sample.own_id.enqueue()
     first = sample.attempt_number.enqueue()
-    _drain()
+    drain()
     assert default_task_backend.get_result(own.id).return_value == own.id
     assert default_task_backend.get_result(first.id).return_value == 1
 
@@ -368,12 +343,12 @@ def test_context_names_the_running_result_and_its_first_attempt():
 @pytest.mark.django_db(transaction=True)
 def test_context_attempt_counts_every_attempt_of_a_retried_task():
     result = sample.second_attempt_succeeds.enqueue()
-    _drain()
+    drain()
     result.refresh()
     assert (result.status, result.attempts) == (R.READY, 1)  # the retry waits its backoff
     assert result.errors[0].exception_class is RuntimeError
     time.sleep(0.3)  # past its backoff of 0.2 s
-    _drain()
+    drain()
     result.refresh()
     assert (result.status, result.return_value, result.attempts) == (R.SUCCESSFUL, 2, 2)
 
@@ -407,7 +382,7 @@ def signalled() -> Iterator[list[tuple[str, type, str, str, list[str]]]]:
 def test_signals_enqueued_started_finished_sent_in_order(signalled):
     result = sample.add.enqueue(1, 2)
     assert signalled == [("enqueued", InboxTaskBackend, result.id, "READY", [])]
-    _drain()
+    drain()
     assert [(s[0], s[1], s[2], s[3]) for s in signalled[1:]] == [
         ("started", InboxTaskBackend, result.id, "RUNNING"),
         ("finished", InboxTaskBackend, result.id, "SUCCESSFUL"),
@@ -417,7 +392,7 @@ def test_signals_enqueued_started_finished_sent_in_order(signalled):
 @pytest.mark.django_db(transaction=True)
 def test_finished_signal_of_a_failed_task_carries_its_error(signalled):
     result = sample.boom.enqueue("no")
-    _drain()
+    drain()
     assert signalled[-1] == (
         "finished",
         InboxTaskBackend,
@@ -430,7 +405,7 @@ def test_finished_signal_of_a_failed_task_carries_its_error(signalled):
 @pytest.mark.django_db(transaction=True)
 def test_failed_attempt_with_a_retry_left_signalled_failed_but_reads_ready(signalled):
     result = sample.second_attempt_succeeds.enqueue()
-    _drain()
+    drain()
     assert signalled[-1][:4] == ("finished", InboxTaskBackend, result.id, "FAILED")
     read = default_task_backend.get_result(result.id)
     assert read.status == R.READY
@@ -452,7 +427,7 @@ def test_django_tasks_log_lines_for_enqueue_run_and_failure(caplog):
     caplog.set_level(logging.DEBUG, logger="django.tasks")
     ok = sample.add.enqueue(1, 2)
     bad = sample.boom.enqueue("no")
-    _drain()
+    drain()
     lines = [
         (r.levelno, r.getMessage(), r.exc_info) for r in caplog.records if r.name == "django.tasks"
     ]
@@ -472,7 +447,7 @@ def test_deferred_task_left_ready_until_its_run_after():
     assert task_backends["default"].supports_defer is True
     later = transitions.db_now() + dt.timedelta(hours=1)
     result = sample.add.using(run_after=later).enqueue(1, 2)
-    _drain()
+    drain()
     read = default_task_backend.get_result(result.id)
     assert (read.status, read.task.run_after) == (R.READY, later)
 

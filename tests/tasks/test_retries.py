@@ -13,25 +13,21 @@ from django.tasks import TaskResultStatus
 from audit.models import AuditEvent, EventType
 from inbox import transitions
 from inbox.errors import InvalidTransition
-from inbox.executor import Executor
 from inbox.jobtypes import TASK, RetryPolicy, get_job_type, retry_delay
 from inbox.models import Job, JobState
 from inbox.tasks import is_idempotent, non_idempotent, retry, retry_policy
 from tests.factories import OPERATOR, WORKER, make_job
 from tests.tasks import sample
+from tests.tasks.support import drain
 
 S = JobState
-
-
-def _drain() -> None:
-    Executor(scope="default", exit_when_idle=True, poll_seconds=0.05, out=lambda _line: None).run()
 
 
 def _drain_until_done(job_id: str, *, timeout: float = 30) -> Job:
     """Run the executor until the job leaves READY for good (waiting out each backoff)."""
     deadline = time.monotonic() + timeout
     while True:
-        _drain()
+        drain()
         job = Job.objects.get(job_id=job_id)
         if job.state != S.READY:
             return job
@@ -220,7 +216,7 @@ def test_failing_task_with_retries_retried_then_succeeds_one_job_every_attempt_r
 ):
     monkeypatch.setenv("TASK_MARKER", str(tmp_path / "runs"))
     result = sample.flaky.enqueue("twice", 2)
-    _drain()
+    drain()
     job = Job.objects.get(job_id=result.id)
     assert (job.state, job.attempt_count) == (S.READY, 1)
     assert job.run_after is not None and job.run_after > job.updated_at
@@ -260,6 +256,6 @@ def test_failing_task_retries_used_up_ends_failed(tmp_path, monkeypatch):
 @pytest.mark.django_db(transaction=True)
 def test_failing_task_without_retries_fails_at_once():
     result = sample.boom.enqueue("no retry")
-    _drain()
+    drain()
     assert Job.objects.get(job_id=result.id).state == S.FAILED
     assert not AuditEvent.objects.filter(event_type=EventType.RETRY_SCHEDULED).exists()
