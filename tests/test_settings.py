@@ -193,3 +193,30 @@ def test_inbox_stats_without_ready_jobs_reports_none():
     call_command("inbox_stats", stdout=text)
     assert "oldest READY job: none" in text.getvalue()
     assert "SUCCEEDED" in text.getvalue()
+
+
+def _settings_of(code: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    base.update(env)
+    prelude = "import django, os; os.environ['DJANGO_SETTINGS_MODULE'] = 'config.settings'; "
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        env=base,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_postgresql_connect_is_bounded_by_db_connect_timeout_s() -> None:
+    read = (
+        "from django.conf import settings; "
+        "print(settings.DATABASES['default']['OPTIONS']['connect_timeout'])"
+    )
+    url = "postgres://app@db.invalid:5432/console"
+    assert _settings_of(read, DATABASE_URL=url).stdout.strip() == "5"
+    assert _settings_of(read, DATABASE_URL=url, DB_CONNECT_TIMEOUT_S="3").stdout.strip() == "3"
+    refused = _settings_of(read, DATABASE_URL=url, DB_CONNECT_TIMEOUT_S="1")
+    assert refused.returncode != 0
+    assert "DB_CONNECT_TIMEOUT_S must be at least 2" in refused.stderr
